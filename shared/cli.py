@@ -1,0 +1,93 @@
+"""The ``pobo`` command: serves both parties, runs the demo and the benchmarks.
+
+This is the one module of ``shared`` that composes the services (it imports them lazily, inside the
+commands, so that ``import shared`` never pulls in FastAPI or SQLAlchemy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="pobo: privacy-preserving outsourced Bayesian optimization (PO-GP-UCB).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+curator_app = typer.Typer(help="The curator service (holds the sensitive rows).", no_args_is_help=True)
+modeler_app = typer.Typer(help="The modeler service (runs the optimization).", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (utility and speed); not tests.", no_args_is_help=True)
+app.add_typer(curator_app, name="curator")
+app.add_typer(modeler_app, name="modeler")
+app.add_typer(bench_app, name="bench")
+
+
+@curator_app.command("serve")
+def curator_serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default: setting or 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: setting or 8001).")] = None,
+) -> None:
+    """Start the curator service (applies its database migrations first)."""
+    from curator_service.main import serve
+
+    serve(host=host, port=port)
+
+
+@modeler_app.command("serve")
+def modeler_serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default: setting or 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: setting or 8002).")] = None,
+) -> None:
+    """Start the modeler service (applies its database migrations first)."""
+    from modeler_service.main import serve
+
+    serve(host=host, port=port)
+
+
+@bench_app.command("synthetic")
+def bench_synthetic(
+    runs: Annotated[int, typer.Option(min=1, help="Random runs per setting (paper: 50).")] = 50,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the Fig. 2a-style plot (PNG) here.")] = None,
+    quick: Annotated[bool, typer.Option(help="A few runs of a few settings: a smoke test.")] = False,
+    seed: Annotated[
+        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
+    ] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+) -> None:
+    """The paper's synthetic GP experiment (Fig. 2a, Tables 1-3) in `transfer` and `mle` modes."""
+    from shared.bench.synthetic import main as run
+
+    run(runs=runs, json_path=json_path, plot_path=plot, quick=quick, seed=seed, workers=workers)
+
+
+@bench_app.command("perf")
+def bench_perf(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    n_release: Annotated[int, typer.Option(help="Rows of the release benchmark.")] = 1_000_000,
+    n_gp: Annotated[int, typer.Option(help="Candidates of the GP-UCB loop benchmark.")] = 100_000,
+    seed: Annotated[int, typer.Option(help="Benchmark seed.")] = 0,
+) -> None:
+    """Streaming release vs direct SVD, incremental GP-UCB vs refitting scikit-learn's GPR."""
+    from shared.bench.perf import main as run
+
+    run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed)
+
+
+@app.command("demo")
+def demo(
+    output: Annotated[Path, typer.Option(help="Where the plot and the audit CSV go.")] = Path(
+        "pobo-demo-output"
+    ),
+    iterations: Annotated[int, typer.Option(min=1, help="GP-UCB iterations.")] = 50,
+) -> None:
+    """Run the whole two-party loop locally: both services, a release, a partner, a study."""
+    from shared.demo import run_demo
+
+    run_demo(output=output, iterations=iterations)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

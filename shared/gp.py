@@ -1,0 +1,314 @@
+"""Exact GP regression over a fixed, discrete candidate set, updated incrementally.
+
+The modeler's belief in PO-GP-UCB (Kharkovskii et al. 2020, Alg. 2 line 6) is the GP posterior over the n
+released rows. Formulas from Rasmussen & Williams, *Gaussian Processes for Machine Learning* (2006), Alg. 2.1
+(p. 19) and eq. 2.30 / 5.9 (log marginal likelihood and its gradient).
+
+Notation (shapes in brackets)::
+
+    Z        [n, r]  candidates (fixed); an observation is (i, y): row i of Z and its measured value y
+    k(z, z') = s2 exp(-|z - z'|^2 / (2 l^2))      squared exponential; anisotropic l by rescaling Z
+    I        [t]     observed row indices;  y [t] outcomes;  m  constant prior mean
+    K        [t, t]  k(Z_I, Z_I) + (noise + jitter) Id = L L^T   (Cholesky; grown one row per observation)
+    A        [t, n]  L^{-1} k(Z_I, Z)                             (GPML Alg. 2.1 line 5: v = L \\ k_*)
+    w        [t]     L^{-1} (y - m)
+    mean     [n]     m + A^T w                                    (line 4)
+    var      [n]     s2 - sum_rows A^2                            (line 6)
+
+Adding observation (j, y_j) costs O(n (t + r)): one kernel row k(Z_j, Z) [n], one triangular solve
+``l = L^{-1} k(Z_I, Z_j)`` [t], and the new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` of A. A refit of the
+hyper-parameters rebuilds the factorisation from scratch (O(n t r + n t^2)), on a schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
+from scipy.optimize import minimize
+
+from shared.errors import InputDataError
+
+FloatArray = npt.NDArray[np.float64]
+
+__all__ = ["GaussianProcess", "Hyperparameters", "fit_hyperparameters", "median_distance", "se_kernel"]
+
+#: Added to the diagonal of K (beside the noise variance) for numerical stability.
+DEFAULT_JITTER = 1e-10
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """Squared-exponential kernel hyper-parameters; ``lengthscale`` is a scalar or one per dimension."""
+
+    lengthscale: float | tuple[float, ...]
+    signal_variance: float = 1.0
+    noise_variance: float = 1e-5
+
+    def __post_init__(self) -> None:
+        ls = np.atleast_1d(np.asarray(self.lengthscale, dtype=np.float64))
+        for name, value in [
+            ("lengthscale", float(ls.min()) if ls.size else float("nan")),
+            ("signal_variance", self.signal_variance),
+            ("noise_variance", self.noise_variance),
+        ]:
+            if not math.isfinite(value) or value <= 0:
+                raise InputDataError(f"{name} must be a finite number > 0, got {value!r}")
+        if not np.isfinite(ls).all():
+            raise InputDataError("lengthscale must be finite")
+
+    def as_dict(self) -> dict[str, float | list[float]]:
+        ls = self.lengthscale
+        return {
+            "lengthscale": list(ls) if isinstance(ls, tuple) else float(ls),
+            "signal_variance": float(self.signal_variance),
+            "noise_variance": float(self.noise_variance),
+        }
+
+
+def se_kernel(A: FloatArray, B: FloatArray, hp: Hyperparameters) -> FloatArray:
+    """``k(A, B) = s2 exp(-|a - b|^2 / (2 l^2))`` [len(A), len(B)] (GPML eq. 2.16)."""
+    ls = np.asarray(hp.lengthscale, dtype=np.float64)
+    a, b = A / ls, B / ls
+    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    np.maximum(sq, 0.0, out=sq)
+    return hp.signal_variance * np.exp(-0.5 * sq)
+
+
+def median_distance(Z: FloatArray, max_points: int = 1000) -> float:
+    """Median pairwise Euclidean distance of (an evenly spaced subsample of) the rows of Z."""
+    n = Z.shape[0]
+    idx = np.unique(np.linspace(0, n - 1, min(n, max_points)).astype(np.int64))
+    S = Z[idx]
+    sq = (S * S).sum(1)
+    D = sq[:, None] + sq[None, :] - 2.0 * S @ S.T
+    iu = np.triu_indices(len(idx), k=1)
+    dist = np.sqrt(np.maximum(D[iu], 0.0))
+    dist = dist[dist > 0]
+    return float(np.median(dist)) if dist.size else 1.0
+
+
+class GaussianProcess:
+    """GP posterior over the fixed candidates Z, grown one observation at a time in O(n (t + r)).
+
+    ``prior_mean`` is ``"zero"`` (m = 0, scikit-learn's default) or ``"empirical"`` (m = mean of the observed
+    y, kept exact under updates through ``q = A^T L^{-1} 1``: mean = m + A^T L^{-1} y - m q).
+    """
+
+    def __init__(
+        self,
+        Z: npt.ArrayLike,
+        hyperparameters: Hyperparameters,
+        *,
+        prior_mean: str = "zero",
+        jitter: float = DEFAULT_JITTER,
+    ) -> None:
+        Z = np.ascontiguousarray(Z, dtype=np.float64)
+        if Z.ndim != 2 or Z.shape[0] < 1:
+            raise InputDataError(f"Z must be a non-empty 2-D array, got shape {Z.shape}")
+        if not np.isfinite(Z).all():
+            raise InputDataError("Z must be finite")
+        if prior_mean not in ("zero", "empirical"):
+            raise InputDataError(f'prior_mean must be "zero" or "empirical", got {prior_mean!r}')
+        self.Z = Z
+        self.n = Z.shape[0]
+        self.prior_mean = prior_mean
+        self.jitter = float(jitter)
+        self.hp = hyperparameters
+        self._reset()
+
+    # -- state -----------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        cap = 16
+        self._idx = np.empty(cap, dtype=np.int64)
+        self._y = np.empty(cap)
+        self._L = np.zeros((cap, cap))
+        self._A = np.empty((cap, self.n))
+        self._w = np.empty(cap)  # L^{-1} y
+        self._u = np.empty(cap)  # L^{-1} 1
+        self.t = 0
+        self._p = np.zeros(self.n)  # A^T L^{-1} y
+        self._q = np.zeros(self.n)  # A^T L^{-1} 1
+        self._var = np.full(self.n, float(self.hp.signal_variance))
+        self._scaled = self.Z / np.asarray(self.hp.lengthscale, dtype=np.float64)
+        self._sqnorm = (self._scaled * self._scaled).sum(1)
+
+    def _grow(self) -> None:
+        cap = 2 * self._idx.size
+        idx, y, L, A, w, u = self._idx, self._y, self._L, self._A, self._w, self._u
+        self._idx = np.empty(cap, dtype=np.int64)
+        self._y, self._w, self._u = np.empty(cap), np.empty(cap), np.empty(cap)
+        self._L = np.zeros((cap, cap))
+        self._A = np.empty((cap, self.n))
+        t = self.t
+        self._idx[:t], self._y[:t], self._w[:t], self._u[:t] = idx[:t], y[:t], w[:t], u[:t]
+        self._L[:t, :t] = L[:t, :t]
+        self._A[:t] = A[:t]
+
+    @property
+    def indices(self) -> npt.NDArray[np.int64]:
+        return self._idx[: self.t].copy()
+
+    @property
+    def y(self) -> FloatArray:
+        return self._y[: self.t].copy()
+
+    def kernel_row(self, j: int) -> FloatArray:
+        """k(Z_j, Z) [n] in O(n r)."""
+        sq = self._sqnorm + self._sqnorm[j] - 2.0 * (self._scaled @ self._scaled[j])
+        np.maximum(sq, 0.0, out=sq)
+        out: FloatArray = self.hp.signal_variance * np.exp(-0.5 * sq)
+        return out
+
+    # -- updates ---------------------------------------------------------------------------------------
+    def add(self, index: int, y: float) -> None:
+        """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r))."""
+        j = int(index)
+        if not 0 <= j < self.n:
+            raise InputDataError(f"index must be in [0, {self.n - 1}], got {index}")
+        if not math.isfinite(float(y)):
+            raise InputDataError(f"y must be finite, got {y!r}")
+        if self.t == self._idx.size:
+            self._grow()
+        t = self.t
+        k_row = self.kernel_row(j)  # [n]
+        k_old = k_row[self._idx[:t]]  # k(Z_I, Z_j) [t]
+        L = self._L[:t, :t]
+        lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
+        d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
+        l_tt = math.sqrt(max(d2, self.jitter))
+        a = (k_row - lvec @ self._A[:t]) / l_tt  # new row of A [n]
+        w = (float(y) - float(lvec @ self._w[:t])) / l_tt
+        u = (1.0 - float(lvec @ self._u[:t])) / l_tt
+        self._L[t, :t], self._L[t, t] = lvec, l_tt
+        self._A[t], self._w[t], self._u[t] = a, w, u
+        self._idx[t], self._y[t] = j, float(y)
+        self._p += a * w
+        self._q += a * u
+        self._var -= a * a
+        self.t = t + 1
+
+    def refit(self, hyperparameters: Hyperparameters) -> None:
+        """Replace the hyper-parameters and rebuild the posterior from the stored observations."""
+        idx, y = self.indices, self.y
+        self.hp = hyperparameters
+        self._reset()
+        self._rebuild(idx, y)
+
+    def _rebuild(self, idx: npt.NDArray[np.int64], y: FloatArray) -> None:
+        """Batch build (GPML Alg. 2.1), same state as t calls of ``add``: O(n t r + n t^2)."""
+        t = idx.size
+        if t == 0:
+            return
+        while self._idx.size < t:
+            self._grow()
+        Kxn = se_kernel(self.Z[idx], self.Z, self.hp)  # [t, n]
+        K = Kxn[:, idx] + (self.hp.noise_variance + self.jitter) * np.eye(t)
+        L = np.linalg.cholesky(K)
+        A = solve_triangular(L, Kxn, lower=True, check_finite=False)
+        w = solve_triangular(L, y, lower=True, check_finite=False)
+        u = solve_triangular(L, np.ones(t), lower=True, check_finite=False)
+        self._L[:t, :t], self._A[:t], self._w[:t], self._u[:t] = L, A, w, u
+        self._idx[:t], self._y[:t] = idx, y
+        self._p, self._q = A.T @ w, A.T @ u
+        self._var = self.hp.signal_variance - np.einsum("ij,ij->j", A, A)
+        self.t = t
+
+    # -- posterior -------------------------------------------------------------------------------------
+    @property
+    def m(self) -> float:
+        """The constant prior mean in use."""
+        if self.prior_mean == "empirical" and self.t:
+            return float(self._y[: self.t].mean())
+        return 0.0
+
+    def mean(self) -> FloatArray:
+        """Posterior mean at every candidate [n] (GPML Alg. 2.1 line 4)."""
+        m = self.m
+        out: FloatArray = self._p + m * (1.0 - self._q) if m else self._p.copy()
+        return out
+
+    def std(self) -> FloatArray:
+        """Posterior standard deviation of f at every candidate [n] (GPML Alg. 2.1 line 6)."""
+        out: FloatArray = np.sqrt(np.maximum(self._var, 0.0))
+        return out
+
+
+# -- maximum likelihood ---------------------------------------------------------------------------------
+def _neg_log_marginal_likelihood(
+    theta: FloatArray, D2: FloatArray, y: FloatArray, jitter: float
+) -> tuple[float, FloatArray]:
+    """-log p(y | theta) and its gradient in theta = (ln l, ln s2, ln noise) (GPML eqs. 2.30, 5.9)."""
+    ell, s2, sn2 = np.exp(theta)
+    t = y.size
+    E = np.exp(-0.5 * D2 / ell**2)
+    K = s2 * E + (sn2 + jitter) * np.eye(t)
+    try:
+        c = cho_factor(K, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return 1e25, np.zeros(3)
+    alpha = cho_solve(c, y, check_finite=False)
+    logdet = 2.0 * np.log(np.diag(c[0])).sum()
+    nll = 0.5 * float(y @ alpha) + 0.5 * logdet + 0.5 * t * math.log(2 * math.pi)
+    W = np.outer(alpha, alpha) - cho_solve(c, np.eye(t), check_finite=False)
+    dK = [s2 * E * D2 / ell**2, s2 * E, sn2 * np.eye(t)]  # dK/d ln(param)
+    grad = np.array([-0.5 * float(np.einsum("ij,ji->", W, g)) for g in dK])
+    return nll, grad
+
+
+def fit_hyperparameters(
+    Z: FloatArray,
+    idx: npt.ArrayLike,
+    y: npt.ArrayLike,
+    *,
+    initial: Hyperparameters | None = None,
+    jitter: float = DEFAULT_JITTER,
+    restarts: int = 3,
+    distance_scale: float | None = None,
+) -> Hyperparameters:
+    """Type-II maximum likelihood for (lengthscale, signal variance, noise variance), isotropic.
+
+    L-BFGS-B (scipy.optimize) over the log-parameters with analytic gradients, within bounds relative to
+    the data: lengthscale in [0.05, 20] x the median pairwise distance of Z, signal variance in
+    [1e-3, 1e3] x var(y), noise variance in [1e-6, 1] x var(y). Deterministic restarts (lengthscale
+    x {1, 1/4, 4} of the initial guess) so the result is a function of the data alone (rebuildable state).
+    ``y`` is expected already centred if a constant mean is used. ``distance_scale`` (the median pairwise
+    distance of Z) may be passed in to skip recomputing it.
+    """
+    Zi = np.asarray(Z, dtype=np.float64)[np.asarray(idx, dtype=np.int64)]
+    y = np.asarray(y, dtype=np.float64)
+    med = distance_scale if distance_scale is not None else median_distance(np.asarray(Z, dtype=np.float64))
+    var_y = float(np.var(y)) if y.size > 1 and np.var(y) > 0 else 1.0
+    sq = (Zi * Zi).sum(1)
+    D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * Zi @ Zi.T, 0.0)
+    bounds = [
+        (math.log(5e-2 * med), math.log(2e1 * med)),
+        (math.log(1e-3 * var_y), math.log(1e3 * var_y)),
+        (math.log(1e-6 * var_y), math.log(1.0 * var_y)),
+    ]
+    if initial is None:
+        initial = Hyperparameters(lengthscale=med, signal_variance=var_y, noise_variance=1e-2 * var_y)
+    ls0 = float(np.mean(np.atleast_1d(initial.lengthscale)))
+    starts = [
+        np.array([math.log(ls0 * f), math.log(initial.signal_variance), math.log(initial.noise_variance)])
+        for f in (1.0, 0.25, 4.0)[: max(1, restarts)]
+    ]
+    best: tuple[float, FloatArray] | None = None
+    for x0 in starts:
+        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
+        res = minimize(
+            _neg_log_marginal_likelihood,
+            x0,
+            args=(D2, y, jitter),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+        )
+        if np.isfinite(res.fun) and (best is None or res.fun < best[0]):
+            best = (float(res.fun), res.x)
+    theta = best[1] if best is not None else starts[0]
+    ell, s2, sn2 = np.exp(theta)
+    return replace(initial, lengthscale=float(ell), signal_variance=float(s2), noise_variance=float(sn2))

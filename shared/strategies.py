@@ -1,0 +1,203 @@
+"""Optimization strategies run by the modeler: suggest an index, observe its outcome, rebuild from history.
+
+GP-UCB (Srinivas et al. 2010) as used by PO-GP-UCB, the modeler part (Kharkovskii et al. 2020, Alg. 2)::
+
+    beta_t = 2 ln(n t^2 pi^2 / (6 delta'))                  (Alg. 2, line 3)
+    i_t    = argmax_i  mu_t(z_i) + beta_t^{1/2} sigma_t(z_i)  (line 4; ties -> smallest index)
+
+Here t is the number of the query being chosen (observations so far + 1). Later strategies (LDP-TGP-UCB,
+MoMA-GP-UCB, ...) implement the same ``Strategy`` interface.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.errors import InputDataError, StrategyError
+from shared.gp import GaussianProcess, Hyperparameters, fit_hyperparameters, median_distance
+
+__all__ = [
+    "GPUCB",
+    "Strategy",
+    "Suggestion",
+    "default_refit_schedule",
+    "gp_ucb_beta",
+    "random_initial_indices",
+]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """What a strategy proposes to query next, with the numbers that justify it (for the audit log)."""
+
+    index: int
+    acquisition: float
+    beta: float
+    mean: float
+    std: float
+    t: int
+
+
+def gp_ucb_beta(n: int, t: int, delta_prime: float) -> float:
+    """``beta_t = 2 ln(n t^2 pi^2 / (6 delta'))`` (PO-GP-UCB Alg. 2 line 3; Srinivas et al. Thm. 1)."""
+    if n < 1 or t < 1:
+        raise InputDataError(f"n and t must be >= 1, got n={n}, t={t}")
+    if not 0.0 < delta_prime < 1.0:
+        raise InputDataError(f"delta_prime must lie strictly between 0 and 1, got {delta_prime!r}")
+    return 2.0 * math.log(n * t * t * math.pi**2 / (6.0 * delta_prime))
+
+
+def default_refit_schedule(t: int) -> bool:
+    """Refit the MLE hyper-parameters after observation t: t = 3..10, then every 5th (15, 20, ...)."""
+    return t >= 3 and (t <= 10 or t % 5 == 0)
+
+
+def random_initial_indices(n: int, k: int, rng: np.random.Generator) -> list[int]:
+    """k distinct initial rows drawn uniformly (the modeler's random initialisation)."""
+    if not 0 <= k <= n:
+        raise InputDataError(f"initial points must be in [0, {n}], got {k}")
+    return [int(i) for i in rng.choice(n, size=k, replace=False)]
+
+
+class Strategy(ABC):
+    """suggest -> index; observe(index, y); state rebuilt from the list of past (index, y)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def suggest(self) -> Suggestion:
+        """The next row to query."""
+
+    @abstractmethod
+    def observe(self, index: int, y: float) -> None:
+        """Condition on the outcome y of row ``index``."""
+
+    @property
+    @abstractmethod
+    def observations(self) -> list[tuple[int, float]]:
+        """Every (index, y) observed so far, in order."""
+
+    @classmethod
+    def from_history(
+        cls, Z: npt.ArrayLike, observations: Iterable[tuple[int, float]], **options: Any
+    ) -> Self:
+        """The strategy in the state it reaches after observing ``observations`` in order."""
+        strategy = cls(Z, **options)  # type: ignore[call-arg]
+        for index, y in observations:
+            strategy.observe(index, y)
+        return strategy
+
+
+class GPUCB(Strategy):
+    """GP-UCB over the rows of Z (PO-GP-UCB Alg. 2 when Z is a release; non-private GP-UCB on X).
+
+    ``hyperparameters`` is fixed (``Hyperparameters``) or ``"mle"``: maximum likelihood on the observations,
+    refitted when ``refit_schedule(t)`` is true (starting from the median pairwise distance of Z as
+    lengthscale). ``exclude_queried`` (the service default) never suggests a row twice; the paper's
+    benchmark allows repeats. ``prior_mean`` is ``"empirical"`` (mean of the observed y) or ``"zero"``.
+    """
+
+    name: ClassVar[str] = "gp-ucb"
+
+    def __init__(
+        self,
+        Z: npt.ArrayLike,
+        *,
+        delta_prime: float = 0.05,
+        hyperparameters: Hyperparameters | Literal["mle"] = "mle",
+        exclude_queried: bool = True,
+        prior_mean: Literal["zero", "empirical"] = "empirical",
+        refit_schedule: Any = default_refit_schedule,
+    ) -> None:
+        Z = np.ascontiguousarray(Z, dtype=np.float64)
+        gp_ucb_beta(max(1, Z.shape[0] if Z.ndim == 2 else 1), 1, delta_prime)  # validates delta_prime
+        self.delta_prime = float(delta_prime)
+        self.mle = hyperparameters == "mle"
+        self.distance_scale = median_distance(Z) if self.mle else 1.0
+        if self.mle:
+            hp = Hyperparameters(lengthscale=self.distance_scale, signal_variance=1.0, noise_variance=1e-2)
+        elif isinstance(hyperparameters, Hyperparameters):
+            hp = hyperparameters
+        else:
+            raise InputDataError(f'hyperparameters must be "mle" or Hyperparameters, got {hyperparameters!r}')
+        self.gp = GaussianProcess(Z, hp, prior_mean=prior_mean)
+        self.exclude_queried = exclude_queried
+        self.refit_schedule = refit_schedule
+        self._queried = np.zeros(self.gp.n, dtype=bool)
+
+    @property
+    def n(self) -> int:
+        return self.gp.n
+
+    @property
+    def hyperparameters(self) -> Hyperparameters:
+        return self.gp.hp
+
+    @property
+    def observations(self) -> list[tuple[int, float]]:
+        return [(int(i), float(y)) for i, y in zip(self.gp.indices, self.gp.y, strict=True)]
+
+    def acquisition(self) -> tuple[npt.NDArray[np.float64], float, int]:
+        """UCB values [n] (queried rows at -inf when excluded), beta_t and t."""
+        t = self.gp.t + 1
+        beta = gp_ucb_beta(self.n, t, self.delta_prime)
+        ucb = self.gp.mean() + math.sqrt(beta) * self.gp.std()
+        if self.exclude_queried:
+            ucb[self._queried] = -np.inf
+        return ucb, beta, t
+
+    def suggest(self) -> Suggestion:
+        ucb, beta, t = self.acquisition()
+        i = int(np.argmax(ucb))  # first maximum: deterministic tie-breaking by smallest index
+        if not np.isfinite(ucb[i]):
+            raise StrategyError(f"every one of the {self.n} candidates has been queried already")
+        mean, std = self.gp.mean()[i], self.gp.std()[i]
+        return Suggestion(
+            index=i, acquisition=float(ucb[i]), beta=beta, mean=float(mean), std=float(std), t=t
+        )
+
+    def _fit(
+        self, idx: npt.NDArray[np.int64], y: npt.NDArray[np.float64], hp: Hyperparameters
+    ) -> Hyperparameters:
+        centred = y - (y.mean() if self.gp.prior_mean == "empirical" else 0.0)
+        return fit_hyperparameters(self.gp.Z, idx, centred, initial=hp, distance_scale=self.distance_scale)
+
+    def observe(self, index: int, y: float) -> None:
+        self.gp.add(index, y)
+        self._queried[int(index)] = True
+        if self.mle and self.refit_schedule(self.gp.t):
+            self.gp.refit(self._fit(self.gp.indices, self.gp.y, self.gp.hp))
+
+    @classmethod
+    def from_history(
+        cls, Z: npt.ArrayLike, observations: Iterable[tuple[int, float]], **options: Any
+    ) -> Self:
+        """Rebuild after a restart: replay the refits on prefixes (cheap), then one batch posterior."""
+        strategy = cls(Z, **options)
+        obs = list(observations)
+        if not obs:
+            return strategy
+        idx = np.array([int(i) for i, _ in obs], dtype=np.int64)
+        y = np.array([float(v) for _, v in obs])
+        if np.any((idx < 0) | (idx >= strategy.n)):
+            raise InputDataError(f"observation indices must be in [0, {strategy.n - 1}]")
+        if not np.isfinite(y).all():  # the live path rejects these in GaussianProcess.add
+            bad = int(np.flatnonzero(~np.isfinite(y))[0])
+            raise InputDataError(f"y must be finite, got {y[bad]!r} in observation {bad}")
+        hp = strategy.gp.hp
+        if strategy.mle:
+            for t in range(1, len(obs) + 1):
+                if strategy.refit_schedule(t):
+                    hp = strategy._fit(idx[:t], y[:t], hp)
+        strategy.gp.hp = hp
+        strategy.gp._reset()
+        strategy.gp._rebuild(idx, y)
+        strategy._queried[idx] = True
+        return strategy
