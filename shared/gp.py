@@ -75,7 +75,8 @@ def se_kernel(A: FloatArray, B: FloatArray, hp: Hyperparameters) -> FloatArray:
     a, b = A / ls, B / ls
     sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
     np.maximum(sq, 0.0, out=sq)
-    return hp.signal_variance * np.exp(-0.5 * sq)
+    out: FloatArray = hp.signal_variance * np.exp(-0.5 * sq)
+    return out
 
 
 def median_distance(Z: FloatArray, max_points: int = 1000) -> float:

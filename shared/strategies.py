@@ -134,7 +134,7 @@ class GPUCB(Strategy):
 
     @property
     def n(self) -> int:
-        return self.gp.n
+        return int(self.gp.n)
 
     @property
     def hyperparameters(self) -> Hyperparameters:
@@ -190,7 +190,7 @@ class GPUCB(Strategy):
             raise InputDataError(f"observation indices must be in [0, {strategy.n - 1}]")
         if not np.isfinite(y).all():  # the live path rejects these in GaussianProcess.add
             bad = int(np.flatnonzero(~np.isfinite(y))[0])
-            raise InputDataError(f"y must be finite, got {y[bad]!r} in observation {bad}")
+            raise InputDataError(f"y must be finite, got {float(y[bad])!r} in observation {bad}")
         hp = strategy.gp.hp
         if strategy.mle:
             for t in range(1, len(obs) + 1):

@@ -44,7 +44,8 @@ def direct_release(X: np.ndarray, M: np.ndarray) -> np.ndarray:
     Xc = X - X.mean(axis=0)
     U, s, Vt = np.linalg.svd(Xc, full_matrices=False)
     w = omega(R, EPS, DELTA)
-    return U @ (np.sqrt(s**2 + w**2)[:, None] * (Vt @ M)) / math.sqrt(R)
+    Z: np.ndarray = U @ (np.sqrt(s**2 + w**2)[:, None] * (Vt @ M)) / math.sqrt(R)
+    return Z
 
 
 def _peak_rss_bytes() -> int:

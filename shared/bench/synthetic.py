@@ -84,14 +84,16 @@ def _grid_factor() -> np.ndarray:
     g = np.linspace(0.0, SPAN, GRID)
     K1 = np.exp(-0.5 * (g[:, None] - g[None, :]) ** 2 / LENGTHSCALE**2)
     lam, Q = np.linalg.eigh(K1)
-    return Q * np.sqrt(np.clip(lam, 0.0, None))
+    L1: np.ndarray = Q * np.sqrt(np.clip(lam, 0.0, None))
+    return L1
 
 
 def sample_f(rng: np.random.Generator, L1: np.ndarray) -> np.ndarray:
     """f ~ GP(0, k) on the grid, exactly: K = K1 (x) K1, so vec(L1 W L1^T) has covariance K. Standardised."""
     F = L1 @ rng.standard_normal((GRID, GRID)) @ L1.T
     f = F.reshape(-1)
-    return (f - f.mean()) / f.std()
+    out: np.ndarray = (f - f.mean()) / f.std()
+    return out
 
 
 def settings(quick: bool) -> list[Setting]:
@@ -110,13 +112,9 @@ def _bo_run(
 ) -> np.ndarray:
     """One GP-UCB run (repeats allowed, as in the paper); returns S_1..S_T."""
     if mode == "transfer":
-        hp: Hyperparameters | str = Hyperparameters(LENGTHSCALE * lengthscale, 1.0, NOISE_VARIANCE)
+        hp = Hyperparameters(LENGTHSCALE * lengthscale, 1.0, NOISE_VARIANCE)
         strategy = GPUCB(
-            inputs,
-            hyperparameters=hp,
-            exclude_queried=False,
-            prior_mean="zero",  # type: ignore[arg-type]
-            delta_prime=DELTA_PRIME,
+            inputs, hyperparameters=hp, exclude_queried=False, prior_mean="zero", delta_prime=DELTA_PRIME
         )
     else:
         strategy = GPUCB(inputs, hyperparameters="mle", exclude_queried=False, delta_prime=DELTA_PRIME)

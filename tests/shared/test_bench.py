@@ -1,0 +1,71 @@
+"""Smoke tests of the benchmarks' plumbing (their numbers are benchmarks, not tests)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from typer.testing import CliRunner
+
+from shared.bench import synthetic
+from shared.cli import app
+from shared.projection import centred_sigma_min, largest_feasible_r, omega
+
+
+def test_grid_is_scaled_to_the_papers_thresholds():
+    X, scale = synthetic.grid_inputs()
+    assert X.shape == (10_000, 2)
+    assert math.isclose(centred_sigma_min(X), synthetic.SIGMA_TARGET, rel_tol=1e-9)
+    # The paper: among each table's r values, the largest feasible is 10, 15, 20 at e^1.1, e^1.3, e^1.5.
+    for log_eps, r_star in [(1.1, 10), (1.3, 15), (1.5, 20)]:
+        feasible = [
+            r for r in synthetic.SWEEPS[log_eps] if omega(r, math.exp(log_eps), synthetic.DELTA) <= 3800
+        ]
+        assert max(feasible) == r_star
+        assert (
+            r_star
+            <= largest_feasible_r(X, math.exp(log_eps), synthetic.DELTA)
+            < min(r for r in synthetic.SWEEPS[log_eps] if r > r_star)
+        )
+    assert math.isclose(np.ptp(X[:, 0]) / scale, synthetic.SPAN)
+
+
+def test_sampled_f_is_standardised_and_has_the_grid_covariance():
+    L1 = synthetic._grid_factor()
+    g = np.linspace(0.0, synthetic.SPAN, synthetic.GRID)
+    K1 = np.exp(-0.5 * (g[:, None] - g[None, :]) ** 2 / synthetic.LENGTHSCALE**2)
+    np.testing.assert_allclose(L1 @ L1.T, K1, atol=1e-8)
+    f = synthetic.sample_f(np.random.default_rng(3), L1)
+    assert f.shape == (10_000,)
+    assert abs(f.mean()) < 1e-12 and abs(f.std() - 1.0) < 1e-12
+
+
+def test_quick_benchmark_json_shape(tmp_path):
+    report = synthetic.run_benchmark(1, quick=True, seed=1, workers=1)
+    assert report["settings"]["T"] == synthetic.T
+    algos = {(r["algorithm"], r["hyperparameters"]) for r in report["results"]}
+    assert algos == {(a, m) for a in ("gp-ucb", "po-gp-ucb") for m in ("transfer", "mle")}
+    for item in report["results"]:
+        assert len(item["simple_regret_mean"]) == synthetic.T == len(item["simple_regret_se"])
+        curve = np.array(item["simple_regret_mean"])
+        assert (curve >= 0).all() and (np.diff(curve) <= 1e-12).all()  # simple regret never increases
+        if item["algorithm"] == "po-gp-ucb":
+            expected_lift = item["log_epsilon"] < 1.1 - 1e-9  # at r = 10 only e^1.1 is feasible
+            assert item["lifted"] is expected_lift
+    synthetic.plot(report, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = synthetic.markdown(report)
+    assert "Fig. 2a" in md and "| PO-GP-UCB | e^1.1 | False |" in md
+
+
+def test_cli_bench_perf_small(tmp_path):
+    out = tmp_path / "perf.json"
+    result = CliRunner().invoke(
+        app, ["bench", "perf", "--n-release", "20000", "--n-gp", "2000", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["release"]["max_relative_difference"] < 1e-8
+    assert report["gp_ucb_loop"]["same_choices"] == report["gp_ucb_loop"]["T"]
+    assert report["release"]["speedup"] > 0 and report["gp_ucb_loop"]["speedup"] > 0
