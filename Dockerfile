@@ -1,21 +1,19 @@
-# One image for both pobo services (curator and modeler): `pobo curator serve` / `pobo modeler serve`.
-FROM python:3.11-slim AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
+# One image for both pobo services: `pobo curator serve` and `pobo modeler serve` (see compose.yaml).
+FROM python:3.11-slim
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg \
+    PATH=/opt/pobo/bin:$PATH
+RUN groupadd --system pobo && useradd --system --gid pobo --home-dir /data --create-home pobo
+WORKDIR /app
+# The services find their alembic environments at <source>/migrations, so the source tree stays in /app.
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY curator_service ./curator_service
 COPY modeler_service ./modeler_service
 COPY migrations ./migrations
-RUN python -m venv /opt/pobo && /opt/pobo/bin/pip install --upgrade pip && /opt/pobo/bin/pip install /src
-
-FROM python:3.11-slim
-ENV PATH=/opt/pobo/bin:$PATH PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-RUN groupadd --system pobo && useradd --system --gid pobo --home-dir /data --create-home pobo
-COPY --from=build /opt/pobo /opt/pobo
-COPY --chown=pobo:pobo migrations /app/migrations
+RUN python -m venv /opt/pobo && /opt/pobo/bin/pip install --upgrade pip && /opt/pobo/bin/pip install -e /app
 WORKDIR /data
 USER pobo
 EXPOSE 8001 8002
-HEALTHCHECK --interval=10s --timeout=3s --retries=5 CMD python -c "import os,urllib.request,sys; p=os.environ.get('POBO_HEALTH_PORT','8001'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{p}/healthz').status==200 else 1)"
+HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
+  CMD python -c "import os,sys,urllib.request; p=os.environ.get('POBO_HEALTH_PORT','8001'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{p}/healthz').status == 200 else 1)"
 CMD ["pobo", "--help"]

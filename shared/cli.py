@@ -76,6 +76,19 @@ def bench_perf(
     run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed)
 
 
+@bench_app.command("service")
+def bench_service(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    n: Annotated[int, typer.Option(min=10, help="Rows of the synthetic release.")] = 10_000,
+    iterations: Annotated[int, typer.Option(min=2, help="Iterations per study (t <= this).")] = 50,
+    studies: Annotated[int, typer.Option(min=1, help="Studies (each a fresh t = 1..iterations).")] = 3,
+) -> None:
+    """One HTTP iteration (suggest + curator query + observe) on loopback, beyond the GP arithmetic."""
+    from shared.bench.service import main as run
+
+    run(json_path=json_path, n=n, iterations=iterations, studies=studies)
+
+
 @app.command("demo")
 def demo(
     output: Annotated[Path, typer.Option(help="Where the plot and the audit CSV go.")] = Path(

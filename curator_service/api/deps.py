@@ -1,0 +1,101 @@
+"""FastAPI dependencies: the app's components, the per-request session and who is calling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from curator_service.config import Settings
+from curator_service.db import Database
+from curator_service.exceptions import Forbidden, Unauthorized
+from curator_service.service import Principal, authenticate
+from curator_service.storage import ArrayStore
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    description="The curator's admin token, or a partner token created with POST /v1/partners.",
+)
+
+
+@dataclass(frozen=True)
+class Components:
+    settings: Settings
+    db: Database
+    store: ArrayStore
+    admin_token_hash: str
+
+
+def get_components(request: Request) -> Components:
+    components: Components = request.app.state.components
+    return components
+
+
+ComponentsDep = Annotated[Components, Depends(get_components)]
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request; commits when the route returns, rolls back on any error.
+
+    ``scope="function"`` (below) makes the commit happen *before* the response is sent, so a client never
+    sees a 2xx for something that did not commit. Requests that may write (POST, PUT, PATCH, DELETE) get a
+    write session (SQLite: BEGIN IMMEDIATE at the first statement). If the transaction does not commit,
+    the callbacks registered with ``service.on_rollback`` run (they delete files written for it).
+    """
+    components = get_components(request)
+    write = request.method not in ("GET", "HEAD", "OPTIONS")
+    session = components.db.session(write=write)
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        for callback in session.info.pop("on_rollback", []):
+            callback()
+        raise
+    finally:
+        session.info.pop("on_rollback", None)
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Principal:
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
+    components = get_components(request)
+    principal = authenticate(components.db, components.admin_token_hash, credentials.credentials)
+    if principal is None:
+        raise Unauthorized("invalid or revoked token")
+    request.state.principal = principal
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def require_admin(principal: PrincipalDep) -> Principal:
+    if not principal.is_admin:
+        raise Forbidden("this endpoint needs the curator's admin token; a partner token is not allowed")
+    return principal
+
+
+def require_partner(principal: PrincipalDep) -> Principal:
+    if principal.is_admin:
+        raise Forbidden(
+            "queries are asked with a partner token (create one with POST /v1/partners); "
+            "the admin token cannot ask queries"
+        )
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]
+PartnerDep = Annotated[Principal, Depends(require_partner)]

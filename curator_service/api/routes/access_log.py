@@ -1,0 +1,30 @@
+"""The access log: who called what, when, with which status (never bodies)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from curator_service import service
+from curator_service.api.deps import AdminDep, SessionDep
+from curator_service.schemas import AccessLogPublic, access_entry
+
+router = APIRouter(tags=["access log"])
+
+
+@router.get(
+    "/v1/access-log",
+    response_model=AccessLogPublic,
+    summary="Authenticated (and rejected) /v1 requests, oldest first (admin)",
+    responses={401: {"description": "Missing or invalid token."}, 403: {"description": "Not the admin."}},
+)
+def access_log(
+    _admin: AdminDep,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    partner_id: Annotated[int | None, Query(description="Only this partner's requests.")] = None,
+    after_id: Annotated[int | None, Query(description="Only entries with a larger id (paging).")] = None,
+) -> AccessLogPublic:
+    entries = service.access_log(session, limit=limit, partner_id=partner_id, after_id=after_id)
+    return AccessLogPublic(entries=[access_entry(e) for e in entries], count=len(entries))

@@ -1,0 +1,167 @@
+"""Datasets: CSV upload, metadata, privacy report, ledger (admin only)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, File, Form, Query, UploadFile
+
+from curator_service import service
+from curator_service.api.deps import AdminDep, ComponentsDep, SessionDep
+from curator_service.schemas import (
+    DatasetPublic,
+    DatasetsPublic,
+    LedgerPublic,
+    PrivacyReport,
+    dataset_public,
+    ledger_entry_public,
+)
+
+router = APIRouter(tags=["datasets"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or invalid token."},
+    403: {"description": "A partner token (this endpoint is admin-only)."},
+}
+
+
+@router.post(
+    "/v1/datasets",
+    status_code=201,
+    response_model=DatasetPublic,
+    summary="Upload a CSV dataset (streamed; header row required)",
+    responses={
+        **_ERRORS,
+        413: {"description": "The CSV is larger than POBO_CURATOR_MAX_UPLOAD_BYTES."},
+        422: {"description": "A bad cell (named by data row, line and column), a bad column selection, ..."},
+    },
+)
+def create_dataset(
+    _admin: AdminDep,
+    session: SessionDep,
+    components: ComponentsDep,
+    file: Annotated[UploadFile, File(description="CSV, UTF-8, comma-separated, header row first.")],
+    name: Annotated[str, Form(min_length=1, max_length=200, examples=["diabetes-cohort-2024"])],
+    features: Annotated[
+        str | None,
+        Form(
+            description="Comma-separated feature column names (default: every column but `objective`). "
+            "Unselected columns may hold anything (e.g. an id).",
+            examples=["age,bmi,bp"],
+        ),
+    ] = None,
+    objective: Annotated[
+        str | None,
+        Form(description="Outcome column (stored apart, never released).", examples=["progression"]),
+    ] = None,
+    objective_mode: Annotated[
+        Literal["column", "manual"] | None,
+        Form(
+            description='"column" (default when objective is given): answer queries from the column; '
+            '"manual" (default otherwise): the curator posts each measured outcome.',
+            examples=["column"],
+        ),
+    ] = None,
+    noise_std: Annotated[
+        float,
+        Form(ge=0, description="Std of the Gaussian noise added to each column outcome.", examples=[0.0]),
+    ] = 0.0,
+    scaling: Annotated[
+        str,
+        Form(
+            description='How features are scaled before release: "none" (the curator\'s units are the DP '
+            "unit), a JSON object of per-feature scales (column / scale; declared, keeps the guarantee), "
+            'or "max_norm:<c>" (data-dependent, outside the formal guarantee).',
+            examples=["none", "max_norm:25", '{"age": 10, "bmi": 5}'],
+        ),
+    ] = "none",
+    epsilon_budget: Annotated[
+        float, Form(gt=0, description="Total epsilon of all releases.", examples=[10.0])
+    ] = 10.0,
+    delta_budget: Annotated[
+        float, Form(gt=0, lt=1, description="Total delta of all releases.", examples=[1e-3])
+    ] = 1e-3,
+) -> DatasetPublic:
+    upload = service.DatasetUpload(
+        name=name,
+        features=features,
+        objective=objective,
+        objective_mode=objective_mode,
+        noise_std=noise_std,
+        scaling=scaling,
+        epsilon_budget=epsilon_budget,
+        delta_budget=delta_budget,
+    )
+    dataset = service.create_dataset(
+        session,
+        components.store,
+        upload,
+        file.file,
+        size=file.size,
+        max_upload_bytes=components.settings.max_upload_bytes,
+        parse_workers=components.settings.csv_parse_workers,
+    )
+    return dataset_public(dataset, (0.0, 0.0))
+
+
+@router.get(
+    "/v1/datasets", response_model=DatasetsPublic, summary="List datasets (metadata only)", responses=_ERRORS
+)
+def list_datasets(_admin: AdminDep, session: SessionDep) -> DatasetsPublic:
+    datasets, spent = service.list_datasets(session)
+    data = [dataset_public(ds, spent.get(ds.id, (0.0, 0.0))) for ds in datasets]
+    return DatasetsPublic(data=data, count=len(data))
+
+
+@router.get(
+    "/v1/datasets/{dataset_id}",
+    response_model=DatasetPublic,
+    summary="One dataset's metadata (never row data)",
+    responses={**_ERRORS, 404: {"description": "No such dataset."}},
+)
+def get_dataset(dataset_id: int, _admin: AdminDep, session: SessionDep) -> DatasetPublic:
+    dataset = service.get_dataset(session, dataset_id)
+    return dataset_public(dataset, service.spent(session, dataset_id))
+
+
+@router.get(
+    "/v1/datasets/{dataset_id}/privacy",
+    response_model=PrivacyReport,
+    summary="Privacy report: sigma_min, r -> omega -> feasible, recommended r, budget",
+    description="Curator-private. sigma_min is the smallest singular value of the centred, scaled features "
+    "(computed once, then cached). A row is feasible when sigma_min >= omega(r), i.e. Algorithm 1 releases "
+    "without lifting the singular values; the recommended r is the largest feasible one.",
+    responses={**_ERRORS, 404: {"description": "No such dataset."}},
+)
+def privacy(
+    dataset_id: int,
+    _admin: AdminDep,
+    session: SessionDep,
+    components: ComponentsDep,
+    epsilon: Annotated[float, Query(gt=0, description="epsilon of the release you plan.", examples=[1.0])],
+    delta: Annotated[float, Query(gt=0, lt=1, description="delta of the release you plan.", examples=[1e-4])],
+    r_max: Annotated[int, Query(ge=1, le=10_000, description="Largest r in the table.")] = 100,
+) -> PrivacyReport:
+    return service.privacy_report(
+        session, components.db, components.store, dataset_id, epsilon=epsilon, delta=delta, r_max=r_max
+    )
+
+
+@router.get(
+    "/v1/datasets/{dataset_id}/ledger",
+    response_model=LedgerPublic,
+    summary="The dataset's privacy ledger (basic composition)",
+    responses={**_ERRORS, 404: {"description": "No such dataset."}},
+)
+def ledger(dataset_id: int, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
+    dataset = service.get_dataset(session, dataset_id)
+    entries = service.ledger(session, dataset_id)
+    eps, delta = service.spent(session, dataset_id)
+    return LedgerPublic(
+        dataset_id=dataset_id,
+        epsilon_budget=dataset.epsilon_budget,
+        delta_budget=dataset.delta_budget,
+        epsilon_spent=eps,
+        delta_spent=delta,
+        entries=[ledger_entry_public(e) for e in entries],
+    )

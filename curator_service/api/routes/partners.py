@@ -1,0 +1,100 @@
+"""Partners: scoped bearer tokens with grants and a query quota."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from curator_service import service
+from curator_service.api.deps import AdminDep, PartnerDep, SessionDep
+from curator_service.schemas import (
+    GrantCreate,
+    PartnerCreate,
+    PartnerCreated,
+    PartnerPublic,
+    PartnersPublic,
+    partner_public,
+)
+
+router = APIRouter(tags=["partners"])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or invalid token."},
+    403: {"description": "Not the admin token."},
+}
+
+
+@router.post(
+    "/v1/partners",
+    status_code=201,
+    response_model=PartnerCreated,
+    summary="Create a partner token (shown only in this response)",
+    responses={**_ERRORS, 422: {"description": "Unknown release ids or bad fields."}},
+)
+def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -> PartnerCreated:
+    partner, token = service.create_partner(
+        session, name=body.name, release_ids=body.release_ids, max_queries=body.max_queries
+    )
+    return PartnerCreated(
+        id=partner.id,
+        name=partner.name,
+        token=token,
+        release_ids=sorted(set(body.release_ids)),
+        max_queries=partner.max_queries,
+    )
+
+
+@router.get("/v1/partners", response_model=PartnersPublic, summary="List partners", responses=_ERRORS)
+def list_partners(_admin: AdminDep, session: SessionDep) -> PartnersPublic:
+    partners, grants = service.list_partners(session)
+    data = [partner_public(p, grants.get(p.id, [])) for p in partners]
+    return PartnersPublic(data=data, count=len(data))
+
+
+@router.get(
+    "/v1/partners/me",
+    response_model=PartnerPublic,
+    summary="The calling partner: grants and quota used",
+    responses={401: {"description": "Missing or invalid token."}, 403: {"description": "The admin token."}},
+)
+def me(partner: PartnerDep, session: SessionDep) -> PartnerPublic:
+    assert partner.partner_id is not None
+    p = service.get_partner(session, partner.partner_id)
+    return partner_public(p, service.granted(session, p.id))
+
+
+@router.get(
+    "/v1/partners/{partner_id}",
+    response_model=PartnerPublic,
+    summary="One partner",
+    responses={**_ERRORS, 404: {"description": "No such partner."}},
+)
+def get_partner(partner_id: int, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
+    p = service.get_partner(session, partner_id)
+    return partner_public(p, service.granted(session, p.id))
+
+
+@router.post(
+    "/v1/partners/{partner_id}/grants",
+    response_model=PartnerPublic,
+    summary="Grant a partner more releases",
+    responses={
+        **_ERRORS,
+        404: {"description": "No such partner."},
+        422: {"description": "Unknown release ids."},
+    },
+)
+def add_grants(partner_id: int, body: GrantCreate, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
+    p = service.grant(session, partner_id, body.release_ids)
+    return partner_public(p, service.granted(session, p.id))
+
+
+@router.delete(
+    "/v1/partners/{partner_id}",
+    response_model=PartnerPublic,
+    summary="Revoke a partner's token (it answers 401 from now on; its history is kept)",
+    responses={**_ERRORS, 404: {"description": "No such partner."}},
+)
+def revoke(partner_id: int, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
+    p = service.revoke(session, partner_id)
+    return partner_public(p, service.granted(session, p.id))

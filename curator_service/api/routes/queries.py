@@ -1,0 +1,108 @@
+"""Queries: "what is the outcome of row i?" (partners), results (admin), long-polling, reconciliation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
+
+from curator_service import service
+from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, SessionDep
+from curator_service.schemas import QueriesPublic, QueryCreate, QueryPublic, QueryResult, query_public
+
+router = APIRouter(tags=["queries"])
+
+_POLL_SECONDS = 0.2
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or invalid token."},
+    403: {"description": "Not granted / not yours / wrong kind of token."},
+    404: {"description": "No such release or query."},
+}
+
+
+@router.post(
+    "/v1/releases/{release_id}/queries",
+    status_code=201,
+    response_model=QueryPublic,
+    summary="Ask for the outcome of row `index` (partner)",
+    description="The query is committed (and charged) before its outcome is evaluated. `column` datasets "
+    "answer at once (stored outcome + fresh Gaussian noise of `noise_std`); `manual` ones answer `pending` "
+    "until the curator posts the result (poll `GET /v1/queries/{id}?wait=30`). With an `Idempotency-Key`, "
+    "a retry (even a concurrent one) returns the same query and is never charged again; the response then "
+    "carries `Idempotent-Replayed: true`.",
+    responses={
+        **_ERRORS,
+        409: {"description": "The Idempotency-Key was used for a different release or index."},
+        422: {"description": "Index out of range."},
+        429: {"description": "The partner's query quota is used up."},
+    },
+)
+def create_query(
+    release_id: int,
+    body: QueryCreate,
+    partner: PartnerDep,
+    session: SessionDep,
+    components: ComponentsDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            max_length=200, description="Any unique string per logical query, e.g. '<study>-<iteration>'."
+        ),
+    ] = None,
+) -> QueryPublic:
+    query, replayed = service.create_query(
+        session, components.store, partner, release_id, body.index, idempotency_key
+    )
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return query_public(query)
+
+
+@router.get(
+    "/v1/releases/{release_id}/queries",
+    response_model=QueriesPublic,
+    summary="Queries of a release in creation order (admin: all; partner: its own)",
+    responses=_ERRORS,
+)
+def list_queries(release_id: int, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
+    queries = service.list_queries(session, principal, release_id)
+    return QueriesPublic(queries=[query_public(q) for q in queries], count=len(queries))
+
+
+@router.get(
+    "/v1/queries/{query_id}",
+    response_model=QueryPublic,
+    summary="One query; `wait` long-polls until it is complete",
+    responses=_ERRORS,
+)
+async def get_query(
+    query_id: int,
+    principal: PrincipalDep,
+    components: ComponentsDep,
+    wait: Annotated[
+        float, Query(ge=0, le=300, description="Seconds to wait for completion (capped by the server).")
+    ] = 0.0,
+) -> QueryPublic:
+    deadline = time.monotonic() + min(wait, components.settings.max_wait_seconds)
+    while True:
+        query = await run_in_threadpool(
+            service.read_query, components.db, components.store, principal, query_id
+        )
+        remaining = deadline - time.monotonic()
+        if query.status == "complete" or remaining <= 0:
+            return query_public(query)
+        await asyncio.sleep(min(_POLL_SECONDS, remaining))
+
+
+@router.post(
+    "/v1/queries/{query_id}/result",
+    response_model=QueryPublic,
+    summary="Post the measured outcome of a pending `manual` query (admin)",
+    responses={**_ERRORS, 409: {"description": "Already complete, or not a manual dataset."}},
+)
+def post_result(query_id: int, body: QueryResult, _admin: AdminDep, session: SessionDep) -> QueryPublic:
+    return query_public(service.post_result(session, query_id, body.y))

@@ -1,0 +1,136 @@
+"""Releases: create (admin; spends budget), read (admin or granted partner), download rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import FileResponse, Response
+
+from curator_service import service
+from curator_service.api.deps import AdminDep, ComponentsDep, PrincipalDep, SessionDep
+from curator_service.schemas import (
+    ReleaseCreate,
+    ReleaseDetail,
+    ReleasePublic,
+    ReleaseRows,
+    ReleasesPublic,
+    release_detail,
+    release_public,
+)
+
+router = APIRouter(tags=["releases"])
+
+NPY_MEDIA_TYPE = "application/x-npy"
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or invalid token."},
+    403: {"description": "A partner token without a grant for this release (or an admin-only endpoint)."},
+    404: {"description": "No such release or dataset."},
+}
+
+
+@router.post(
+    "/v1/datasets/{dataset_id}/releases",
+    status_code=201,
+    response_model=ReleaseDetail,
+    summary="Release Z = an (epsilon, delta)-DP random projection of the dataset (Algorithm 1)",
+    description="Spends (epsilon, delta) of the dataset's budget under basic composition. Refused with 409, "
+    "with nothing written, when the budget would be exceeded. The projection matrix M is drawn from OS "
+    "entropy, used once and never stored; no seed is accepted. The release is immutable.",
+    responses={**_ERRORS, 409: {"description": "The dataset's privacy budget would be exceeded."}},
+)
+def create_release(
+    dataset_id: int, body: ReleaseCreate, _admin: AdminDep, components: ComponentsDep
+) -> ReleaseDetail:
+    # A sync route: FastAPI runs it in a worker thread, so the projection never blocks the event loop.
+    release = service.create_release(components.db, components.store, dataset_id, body)
+    return release_detail(release)
+
+
+@router.get(
+    "/v1/datasets/{dataset_id}/releases",
+    response_model=ReleasesPublic,
+    summary="Releases of one dataset (admin)",
+    responses=_ERRORS,
+)
+def list_dataset_releases(dataset_id: int, principal: AdminDep, session: SessionDep) -> ReleasesPublic:
+    releases = service.list_releases(session, principal, dataset_id)
+    return ReleasesPublic(data=[release_detail(r) for r in releases], count=len(releases))
+
+
+@router.get(
+    "/v1/releases",
+    response_model=ReleasesPublic,
+    summary="Releases you may read (admin: all, with diagnostics; partner: granted, public fields only)",
+    responses={401: _ERRORS[401]},
+)
+def list_releases(principal: PrincipalDep, session: SessionDep) -> ReleasesPublic:
+    releases = service.list_releases(session, principal)
+    convert = release_detail if principal.is_admin else release_public
+    return ReleasesPublic(data=[convert(r) for r in releases], count=len(releases))
+
+
+@router.get(
+    "/v1/releases/{release_id}",
+    response_model=ReleaseDetail | ReleasePublic,
+    summary="One release (partners never see sigma_min, lifted or the scaling)",
+    responses=_ERRORS,
+)
+def get_release(
+    release_id: int, principal: PrincipalDep, session: SessionDep
+) -> ReleaseDetail | ReleasePublic:
+    release = service.get_release(session, principal, release_id)
+    return release_detail(release) if principal.is_admin else release_public(release)
+
+
+def _wants_npy(accept: str | None, fmt: str | None) -> bool:
+    if fmt is not None:
+        return fmt == "npy"
+    if not accept:
+        return False
+    types = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    return NPY_MEDIA_TYPE in types or "application/octet-stream" in types
+
+
+@router.get(
+    "/v1/releases/{release_id}/rows",
+    response_model=ReleaseRows,
+    summary="The released rows Z: JSON, or the .npy file with Accept: application/x-npy",
+    description="`Accept: application/x-npy` (or `?format=npy`) returns the stored n x r float64 .npy file, "
+    "byte for byte; its sha256 equals the release's `sha256` and the `ETag`. JSON returns "
+    "`{rows, sha256, offset, n}`; `offset`/`limit` page through big releases (JSON only).",
+    responses={
+        **_ERRORS,
+        200: {
+            "content": {NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The rows (JSON) or the .npy file.",
+        },
+        304: {"description": "If-None-Match matched the ETag."},
+    },
+)
+def release_rows(
+    release_id: int,
+    principal: PrincipalDep,
+    session: SessionDep,
+    components: ComponentsDep,
+    accept: Annotated[str | None, Header()] = None,
+    if_none_match: Annotated[str | None, Header()] = None,
+    format: Annotated[str | None, Query(pattern="^(json|npy)$", description="Overrides Accept.")] = None,  # noqa: A002
+    offset: Annotated[int, Query(ge=0, description="First row (JSON only).")] = 0,
+    limit: Annotated[int | None, Query(ge=1, description="At most this many rows (JSON only).")] = None,
+) -> Response:
+    release = service.get_release(session, principal, release_id)
+    session.commit()  # end the read-only transaction before streaming (no expiry: `release` stays usable)
+    etag = f'"{release.sha256}"'
+    headers = {"ETag": etag, "X-Pobo-SHA256": release.sha256, "Cache-Control": "private, no-transform"}
+    if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
+        return Response(status_code=304, headers=headers)
+    if _wants_npy(accept, format):
+        path, _ = service.release_file(components.store, release)
+        return FileResponse(
+            path, media_type=NPY_MEDIA_TYPE, headers=headers, filename=f"release-{release.id}.npy"
+        )
+    rows, first = service.release_rows(components.store, release, offset, limit)
+    body = json.dumps({"rows": rows, "sha256": release.sha256, "offset": first, "n": release.n})
+    return Response(body, media_type="application/json", headers=headers)

@@ -1,0 +1,74 @@
+"""Settings of the curator service (environment variables prefixed ``POBO_CURATOR_``)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Name of the file (inside the data dir) that holds a generated admin token.
+ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105 - a file name, not a secret
+
+
+class Settings(BaseSettings):
+    """One place for every knob; secrets are ``SecretStr`` so their ``repr`` never shows them."""
+
+    model_config = SettingsConfigDict(env_prefix="POBO_CURATOR_", env_file=None, extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL. Default: a SQLite file <data_dir>/curator.db (WAL mode). "
+        "PostgreSQL: postgresql+psycopg://user@host:5432/db",
+    )
+    data_dir: Path = Field(default=Path("./pobo-data/curator"), description="Arrays, SQLite file, token.")
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="Admin bearer token. Unset: generated on first start into <data_dir>/admin-token (0600).",
+    )
+    max_upload_bytes: int = Field(
+        default=4 * 2**30, ge=1, description="Largest accepted CSV upload (default 4 GiB, > 1e6 x 100 cells)."
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8001, ge=0, le=65535)
+    csv_parse_workers: int = Field(
+        default_factory=lambda: max(1, min(4, os.cpu_count() or 1)),
+        ge=1,
+        le=64,
+        description="Processes parsing the chunks of a big CSV upload in parallel (1: the request thread).",
+    )
+    max_wait_seconds: float = Field(default=60.0, ge=0, description="Upper bound of ?wait= long-polls.")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'curator.db').resolve()}"
+
+    def resolve_admin_token(self) -> SecretStr:
+        """The admin token: the setting, else the token file, else a new token written to that file.
+
+        A new token is printed once (to stderr) so the operator can copy it; later starts reuse the file.
+        """
+        if self.admin_token is not None and self.admin_token.get_secret_value():
+            return self.admin_token
+        path = self.data_dir / ADMIN_TOKEN_FILE
+        if path.exists():
+            token = path.read_text(encoding="utf-8").strip()
+            if token:
+                return SecretStr(token)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(token + "\n")
+        os.chmod(path, 0o600)
+        print(
+            f"pobo curator: generated an admin token (saved to {path}, mode 0600; shown only now):\n"
+            f"  {token}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return SecretStr(token)

@@ -1,0 +1,299 @@
+"""Streaming CSV parser: a header row, then numeric rows, read in ~16 MiB chunks of whole lines.
+
+Never holds the file as one string. Each chunk is parsed by numpy's C reader (``np.loadtxt`` on the
+chunk's lines, the fast path); if that fails, or yields a non-finite value, or the fields per line do not
+match the header, the chunk is re-parsed by a strict line-by-line parser that is the authority: it either
+returns the values or raises ``InvalidInput`` naming the first bad cell by line, data row and column.
+
+Rules: UTF-8 (a BOM is allowed), comma-delimited, ``"``-quoting allowed; blank lines are skipped; every
+line has exactly as many fields as the header; a *selected* cell (a feature or the objective) must be a
+finite decimal number (no NaN, no infinity, no empty cell). Columns that are not selected may hold
+anything (e.g. a patient id). Error messages name positions only, never a cell's content.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import math
+import multiprocessing as mp
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from curator_service.exceptions import InvalidInput
+
+CHUNK_BYTES = 16 * 2**20
+MAX_HEADER_BYTES = 4 * 2**20
+
+
+class RowError(InvalidInput):
+    """A problem at a data row; chunks parsed in worker processes count rows from 1 and are shifted after."""
+
+    def __init__(self, row: int, rest: str) -> None:
+        super().__init__(f"data row {row} {rest}")
+        self.row = row
+        self.rest = rest
+
+    def __reduce__(self) -> tuple[type[RowError], tuple[int, str]]:
+        return (RowError, (self.row, self.rest))
+
+    def shifted(self, offset: int) -> RowError:
+        return RowError(self.row + offset, self.rest)
+
+
+def _ordinal(j: int) -> str:
+    return f"column {j + 1}"
+
+
+@dataclass(frozen=True)
+class Header:
+    names: list[str]
+
+    def describe(self, j: int) -> str:
+        return f"column {self.names[j]!r} ({_ordinal(j)})"
+
+
+class CsvStream:
+    """Reads a CSV from a binary file object; hashes every byte it reads (``sha256``)."""
+
+    def __init__(self, fh: BinaryIO, chunk_bytes: int | None = None) -> None:
+        self.fh = fh
+        self.chunk_bytes = chunk_bytes or CHUNK_BYTES
+        self._hash = hashlib.sha256()
+        self.header = self._read_header()
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def _read(self, size: int) -> bytes:
+        data = self.fh.read(size)
+        self._hash.update(data)
+        return data
+
+    def _readline(self, limit: int = -1) -> bytes:
+        data = self.fh.readline(limit)
+        self._hash.update(data)
+        return data
+
+    def _read_header(self) -> Header:
+        raw = self._readline(MAX_HEADER_BYTES)
+        if not raw.strip():
+            if raw:  # a blank first line: the header is required to be line 1
+                raise InvalidInput("line 1 is blank; the CSV must start with a header row of column names")
+            raise InvalidInput("the file is empty; expected a header row and at least 2 data rows")
+        if not raw.endswith(b"\n") and len(raw) >= MAX_HEADER_BYTES:
+            raise InvalidInput(f"the header row (line 1) is longer than {MAX_HEADER_BYTES} bytes")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise InvalidInput("line 1 (the header) is not valid UTF-8 text") from None
+        names = [name.strip() for name in next(csv.reader([text.rstrip("\r\n")]))]
+        for j, name in enumerate(names):
+            if not name:
+                raise InvalidInput(f"the header (line 1) has an empty name in {_ordinal(j)}")
+        seen: set[str] = set()
+        dups = [name for name in names if name in seen or seen.add(name)]  # type: ignore[func-returns-value]
+        if dups:
+            listed = ", ".join(repr(d) for d in dict.fromkeys(dups))
+            raise InvalidInput(f"the header (line 1) has duplicate column names: {listed}")
+        return Header(names)
+
+    def chunks(self) -> Iterator[tuple[int, bytes]]:
+        """(file line number of the chunk's first line, bytes of whole lines)."""
+        line = 2
+        while True:
+            buf = self._read(self.chunk_bytes)
+            if not buf:
+                return
+            if not buf.endswith(b"\n"):
+                buf += self._readline()
+            yield line, buf
+            line += buf.count(b"\n")
+
+
+class ChunkParser:
+    """Parses chunks into float64 arrays of the selected columns (``usecols``, in that order)."""
+
+    def __init__(self, header: Header, usecols: list[int]) -> None:
+        self.header = header
+        self.ncols = len(header.names)
+        self.usecols = usecols
+        self._all = usecols == list(range(self.ncols))
+
+    def parse(self, first_line: int, first_row: int, buf: bytes) -> npt.NDArray[np.float64]:
+        """Values [k, len(usecols)] of the chunk's non-blank lines; ``first_row`` is the 1-based data row."""
+        try:
+            text = buf.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad_line = first_line + buf[: exc.start].count(b"\n")
+            raise InvalidInput(f"line {bad_line} is not valid UTF-8 text") from None
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        fast = self._fast(buf, lines)
+        if fast is not None:
+            return fast
+        return self._strict(first_line, first_row, lines)
+
+    def _fast(self, buf: bytes, lines: list[str]) -> npt.NDArray[np.float64] | None:
+        if b'"' in buf:
+            return None  # quoted fields: let the csv module count the fields
+        raw = np.frombuffer(buf, dtype=np.uint8)
+        ends = np.flatnonzero(raw == 10)
+        if ends.size == 0 or ends[-1] != raw.size - 1:
+            ends = np.append(ends, raw.size)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        commas = np.concatenate(([0], np.cumsum(raw == 44)))
+        per_line = commas[ends] - commas[starts]
+        length = ends - starts
+        cr_only = (length == 1) & (raw[np.minimum(starts, raw.size - 1)] == 13)
+        blank = (length == 0) | cr_only
+        if np.any(~blank & (per_line != self.ncols - 1)):
+            return None
+        expected_rows = int(np.count_nonzero(~blank))
+        if expected_rows == 0:
+            return np.empty((0, len(self.usecols)))
+        try:
+            values = np.loadtxt(
+                lines,
+                delimiter=",",
+                dtype=np.float64,
+                comments=None,
+                ndmin=2,
+                usecols=None if self._all else self.usecols,
+            )
+        except ValueError:
+            return None
+        if values.shape != (expected_rows, len(self.usecols)) or not np.isfinite(values).all():
+            return None
+        return values
+
+    def _strict(self, first_line: int, first_row: int, lines: list[str]) -> npt.NDArray[np.float64]:
+        out = np.empty((len(lines), len(self.usecols)))
+        k = 0
+        row = first_row
+        for offset, line in enumerate(lines):
+            line_no = first_line + offset
+            line = line.rstrip("\r")
+            if not line.strip():
+                continue
+            try:
+                fields = next(csv.reader([line], strict=True))
+            except csv.Error:
+                raise RowError(row, f"(line {line_no}): malformed CSV quoting") from None
+            if len(fields) != self.ncols:
+                raise RowError(
+                    row,
+                    f"(line {line_no}) has {len(fields)} field(s) but the header has {self.ncols} columns "
+                    "(ragged row)",
+                )
+            for out_j, j in enumerate(self.usecols):
+                out[k, out_j] = _cell(fields[j], row, line_no, self.header.describe(j))
+            k += 1
+            row += 1
+        return out[:k]
+
+
+def _cell(text: str, row: int, line_no: int, column: str) -> float:
+    where = f"(line {line_no}), {column}"
+    cell = text.strip()
+    if not cell:
+        raise RowError(row, f"{where}: the cell is empty; every selected cell must hold a number")
+    try:
+        if "_" in cell:
+            raise ValueError
+        value = float(cell)
+    except ValueError:
+        raise RowError(row, f"{where}: the cell is not a number") from None
+    if math.isnan(value):
+        raise RowError(row, f"{where}: the cell is NaN; every selected cell must be a finite number")
+    if math.isinf(value):
+        raise RowError(
+            row, f"{where}: the cell is infinite (or overflows float64); every selected cell must be finite"
+        )
+    return value
+
+
+# ------------------------------------------------------------------------------ parallel chunk parsing
+
+_pool: ProcessPoolExecutor | None = None
+_pool_workers = 0
+_pool_lock = threading.Lock()
+
+
+def _get_pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool shared by uploads (created on first use; ``forkserver``: safe in a threaded server)."""
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool is None or _pool_workers != workers:
+            if _pool is not None:
+                _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"))
+            _pool_workers = workers
+        return _pool
+
+
+def shutdown_pool() -> None:
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = None
+
+
+def _parse_in_worker(
+    names: list[str], usecols: list[int], first_line: int, buf: bytes
+) -> npt.NDArray[np.float64]:
+    return ChunkParser(Header(names), usecols).parse(first_line, 1, buf)
+
+
+def iter_values(
+    stream: CsvStream, parser: ChunkParser, *, workers: int = 1
+) -> Iterator[npt.NDArray[np.float64]]:
+    """The parsed chunks of ``stream`` in file order.
+
+    A file of several chunks is parsed by ``workers`` processes (numpy's parser holds the GIL, so threads
+    would not help); a chunk's rows are numbered from 1 there and shifted here, so error messages name the
+    same data row as a serial parse. At most ``2 * workers`` chunks are in flight (bounded memory).
+    """
+    rows = 0
+    chunks = stream.chunks()
+    head = list(itertools.islice(chunks, 2))
+    if workers <= 1 or len(head) < 2:
+        for first_line, buf in itertools.chain(head, chunks):
+            values = parser.parse(first_line, rows + 1, buf)
+            rows += values.shape[0]
+            yield values
+        return
+    pool = _get_pool(workers)
+    names = parser.header.names
+    pending: deque[Future[npt.NDArray[np.float64]]] = deque()
+
+    def take() -> npt.NDArray[np.float64]:
+        nonlocal rows
+        try:
+            values = pending.popleft().result()
+        except RowError as exc:
+            raise exc.shifted(rows) from None
+        rows += values.shape[0]
+        return values
+
+    try:
+        for first_line, buf in itertools.chain(head, chunks):
+            if len(pending) >= 2 * workers:
+                yield take()
+            pending.append(pool.submit(_parse_in_worker, names, parser.usecols, first_line, buf))
+        while pending:
+            yield take()
+    finally:
+        for future in pending:
+            future.cancel()

@@ -1,0 +1,332 @@
+"""The curator service: ``create_app(settings)`` builds the FastAPI app; ``serve`` runs it with uvicorn."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import signal
+import time
+import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from curator_service import csvparse, service
+from curator_service.api.deps import Components
+from curator_service.api.routes import access_log, datasets, health, partners, queries, releases
+from curator_service.config import Settings
+from curator_service.db import Database
+from curator_service.exceptions import CuratorError
+from curator_service.models import AccessLog
+from curator_service.storage import ArrayStore
+from shared.errors import InputDataError, PrivacyBudgetExceeded
+
+logger = logging.getLogger("curator_service")
+
+DESCRIPTION = """
+The **curator** holds the sensitive rows (a hospital, a bank). This service turns a CSV into a
+differentially private release, gives a partner (the modeler) scoped access to it, and answers
+"what is the outcome of row *i*?" — without ever letting a raw row out.
+
+**Flow.** `POST /v1/datasets` (upload a CSV) → `GET /v1/datasets/{id}/privacy` (sigma_min, which r are
+feasible) → `POST /v1/datasets/{id}/releases` (spends budget; Algorithm 1 of PO-GP-UCB) →
+`POST /v1/partners` (a token granted that release, with a query quota) → the partner downloads
+`GET /v1/releases/{id}/rows` and asks `POST /v1/releases/{id}/queries`.
+
+**Auth.** `Authorization: Bearer <token>` on every `/v1` call: the admin token (setting
+`POBO_CURATOR_ADMIN_TOKEN`, or generated on first start into `<data dir>/admin-token`) or a partner token.
+Missing/wrong token: 401. A partner token on an admin endpoint or an ungranted release: 403.
+
+**The privacy unit and `scaling`.** The guarantee protects one row changing by Euclidean norm <= 1 *in
+the units of the features as released*. The upload's `scaling` decides those units:
+
+* `none` (default): the curator's own units are the DP unit.
+* a JSON object `{"feature": s, ...}`: column j is divided by the declared scale s_j before anything else
+  (features not listed keep s_j = 1). Declare s_j as "how much one person may move feature j"; declared
+  scales keep the formal guarantee.
+* `max_norm:<c>`: every row is multiplied by c / (largest row norm), the paper's normalisation (c = 25 in
+  its experiments). The factor is computed from the data itself, so such releases are **outside the
+  formal (epsilon, delta) guarantee**; the dataset and every release record it (`formal_guarantee: false`).
+
+**Budget.** Each dataset has an (epsilon, delta) budget; releases compose basically (the epsilons add up,
+so do the deltas). A release that would exceed it is refused with 409 and nothing is written.
+
+Errors are `{"detail": "<message>"}`; no response ever contains a raw feature value.
+"""
+
+TAGS = [
+    {
+        "name": "datasets",
+        "description": "Upload CSVs, read metadata, the privacy report and the ledger (admin).",
+    },
+    {"name": "releases", "description": "DP releases of a dataset: create (admin), read and download."},
+    {"name": "partners", "description": "Partner tokens, their grants and query quotas (admin)."},
+    {"name": "queries", "description": "Outcome queries by partners; results of manual measurements."},
+    {"name": "access log", "description": "Who called what and when (admin)."},
+    {"name": "health", "description": "Liveness and database reachability."},
+]
+
+#: Multipart framing around the CSV (boundaries, the small form fields) allowed on top of the file limit.
+UPLOAD_SLACK_BYTES = 1 * 2**20
+
+
+async def _send_json(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    detail: str,
+    headers: dict[str, str] | None = None,
+) -> None:
+    response = JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    await response(scope, receive, send)
+
+
+class UploadGuard:
+    """For ``POST /v1/datasets``: authenticate and enforce the size limit *before* the body is read.
+
+    An unauthenticated or over-sized upload is answered at once (401/403/413) instead of after spooling
+    gigabytes to disk; a body that turns out bigger than announced is cut off with 413 while streaming.
+    """
+
+    def __init__(self, app: ASGIApp, components: Components) -> None:
+        self.app = app
+        self.components = components
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope["path"].rstrip("/") != "/v1/datasets"
+        ):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            await _send_json(
+                scope,
+                receive,
+                send,
+                401,
+                "missing bearer token: send the header 'Authorization: Bearer <token>'",
+                {"WWW-Authenticate": "Bearer"},
+            )
+            return
+        c = self.components
+        principal = await anyio.to_thread.run_sync(
+            service.authenticate, c.db, c.admin_token_hash, token.strip()
+        )
+        if principal is None:
+            await _send_json(
+                scope, receive, send, 401, "invalid or revoked token", {"WWW-Authenticate": "Bearer"}
+            )
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        if not principal.is_admin:
+            await _send_json(
+                scope,
+                receive,
+                send,
+                403,
+                "this endpoint needs the curator's admin token; a partner token is not allowed",
+            )
+            return
+        limit = c.settings.max_upload_bytes + UPLOAD_SLACK_BYTES
+        too_large = (
+            f"the upload is larger than the limit of {c.settings.max_upload_bytes} bytes "
+            "(setting POBO_CURATOR_MAX_UPLOAD_BYTES)"
+        )
+        try:
+            announced = int(headers.get("content-length", "-1"))
+        except ValueError:
+            announced = -1
+        if announced > limit:
+            await _send_json(scope, receive, send, 413, too_large)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise StarletteHTTPException(status_code=413, detail=too_large)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+class AccessLogMiddleware:
+    """Records every ``/v1`` request: who (admin, partner:<id>, anonymous), method, path, status, time."""
+
+    def __init__(self, app: ASGIApp, db: Database) -> None:
+        self.app = app
+        self.db = db
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            principal = scope.get("state", {}).get("principal")
+            entry = AccessLog(
+                actor=principal.actor if principal is not None else "anonymous",
+                partner_id=principal.partner_id if principal is not None else None,
+                method=scope["method"],
+                path=scope["path"][:500],
+                status_code=status,
+                duration_ms=(time.perf_counter() - started) * 1000.0,
+            )
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._write, entry)
+
+    def _write(self, entry: AccessLog) -> None:
+        try:
+            with self.db.session(write=True) as session:
+                session.add(entry)
+                session.commit()
+        except Exception:  # noqa: BLE001 - the log must never break the request
+            logger.warning("could not write an access-log entry (%s %s)", entry.method, entry.path)
+
+
+def _log_unexpected(request: Request, exc: BaseException) -> None:
+    # Type and stack only: an exception's message may quote data, so it is not logged.
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    logger.error("unhandled %s on %s %s\n%s", type(exc).__name__, request.method, request.url.path, frames)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(CuratorError)
+    async def curator_error(_request: Request, exc: CuratorError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        if exc.status_code >= 500:
+            logger.error("%s: %s", type(exc).__name__, exc.detail)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(InputDataError)
+    async def input_error(_request: Request, exc: InputDataError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(PrivacyBudgetExceeded)
+    async def budget_error(_request: Request, exc: PrivacyBudgetExceeded) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors: list[dict[str, Any]] = []
+        parts: list[str] = []
+        for err in exc.errors():
+            loc = [str(p) for p in err.get("loc", ())]
+            where = ".".join(loc[1:] if len(loc) > 1 else loc) or "request"
+            section = loc[0] if loc else "request"
+            message = str(err.get("msg", "invalid value"))
+            parts.append(f"{section} field '{where}': {message}")
+            errors.append({"loc": loc, "msg": message, "type": err.get("type")})
+        detail = "invalid request: " + "; ".join(parts)
+        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def db_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
+        _log_unexpected(request, exc)
+        return JSONResponse({"detail": "the database is unavailable or busy; retry shortly"}, status_code=503)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def db_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        _log_unexpected(request, exc)
+        return JSONResponse({"detail": "internal database error; see the curator's log"}, status_code=500)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        _log_unexpected(request, exc)
+        return JSONResponse({"detail": "internal error; see the curator's log"}, status_code=500)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app: data dir, admin token, database (migrated to head), array store, routes.
+
+    Migrations and crash recovery run here, synchronously, so the app is ready as soon as this returns
+    (tests can drive it through ``httpx.ASGITransport`` without a lifespan).
+    """
+    settings = settings or Settings()
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # raw rows live here: owner only
+    admin_token = settings.resolve_admin_token()
+    db = Database(settings.resolved_database_url())
+    db.migrate()
+    store = ArrayStore(settings.data_dir)
+    service.sweep_orphans(db, store)
+    service.recover_pending_queries(db, store)
+    components = Components(
+        settings=settings,
+        db=db,
+        store=store,
+        admin_token_hash=hashlib.sha256(admin_token.get_secret_value().encode("utf-8")).hexdigest(),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        db.dispose()
+        csvparse.shutdown_pool()
+
+    # FastAPIOffline: /docs serves Swagger UI from the package, not a CDN (curators run air-gapped).
+    app = FastAPIOffline(
+        title="pobo curator",
+        version="1.0.0",
+        summary="Differentially private releases, partner access and outcome queries (PO-GP-UCB, curator).",
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+    )
+    app.state.components = components
+    _install_error_handlers(app)
+    for module in (health, datasets, releases, partners, queries, access_log):
+        app.include_router(module.router)
+    app.add_middleware(UploadGuard, components=components)
+    app.add_middleware(AccessLogMiddleware, db=db)
+    return app
+
+
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def serve(host: str | None = None, port: int | None = None) -> None:
+    """``pobo curator serve``: settings from the environment, migrations, then uvicorn."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    app = create_app(settings)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler that was in place
+    # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    uvicorn.run(
+        app,
+        host=host or settings.host,
+        port=port if port is not None else settings.port,
+        log_level="info",
+        timeout_graceful_shutdown=10,
+    )

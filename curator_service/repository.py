@@ -1,0 +1,260 @@
+"""Every database query of the curator service (services call these; nothing else builds SQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from curator_service.models import (
+    AccessLog,
+    Dataset,
+    Grant,
+    LedgerEntry,
+    Partner,
+    Query,
+    Release,
+    utcnow,
+)
+
+# ---------------------------------------------------------------------------------------------- datasets
+
+
+def add(session: Session, obj: object) -> None:
+    session.add(obj)
+    session.flush()
+
+
+def get_dataset(session: Session, dataset_id: int) -> Dataset | None:
+    return session.get(Dataset, dataset_id)
+
+
+def lock_dataset(session: Session, dataset_id: int) -> Dataset | None:
+    """The dataset row, locked for the rest of the transaction.
+
+    PostgreSQL: ``SELECT ... FOR UPDATE`` (concurrent ledger transactions on the same dataset queue here).
+    SQLite: the clause is ignored; the caller's session is a write session, whose ``BEGIN IMMEDIATE`` holds
+    the database write lock for the whole transaction, which serialises the same way.
+    """
+    stmt = select(Dataset).where(Dataset.id == dataset_id).with_for_update()
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def list_datasets(session: Session) -> Sequence[Dataset]:
+    return session.scalars(select(Dataset).order_by(Dataset.id)).all()
+
+
+def set_sigma_min(session: Session, dataset_id: int, sigma_min: float) -> None:
+    session.execute(
+        update(Dataset)
+        .where(Dataset.id == dataset_id, Dataset.sigma_min.is_(None))
+        .values(sigma_min=sigma_min)
+    )
+
+
+def all_array_paths(session: Session) -> set[str]:
+    paths: set[str] = set()
+    for feat, out in session.execute(select(Dataset.features_path, Dataset.outcomes_path)):
+        paths.add(feat)
+        if out:
+            paths.add(out)
+    paths.update(session.scalars(select(Release.z_path)))
+    return paths
+
+
+# ------------------------------------------------------------------------------------------------ ledger
+
+
+def ledger_totals(session: Session, dataset_id: int) -> tuple[float, float]:
+    """(sum of epsilons, sum of deltas) of every reserved or spent entry: basic composition."""
+    eps, delta = session.execute(
+        select(
+            func.coalesce(func.sum(LedgerEntry.epsilon), 0.0), func.coalesce(func.sum(LedgerEntry.delta), 0.0)
+        ).where(LedgerEntry.dataset_id == dataset_id)
+    ).one()
+    return float(eps), float(delta)
+
+
+def ledger_totals_by_dataset(session: Session) -> dict[int, tuple[float, float]]:
+    rows = session.execute(
+        select(LedgerEntry.dataset_id, func.sum(LedgerEntry.epsilon), func.sum(LedgerEntry.delta)).group_by(
+            LedgerEntry.dataset_id
+        )
+    ).all()
+    return {int(ds): (float(e), float(d)) for ds, e, d in rows}
+
+
+def get_ledger_entry(session: Session, entry_id: int) -> LedgerEntry | None:
+    return session.get(LedgerEntry, entry_id)
+
+
+def delete_ledger_entry(session: Session, entry_id: int) -> None:
+    session.execute(delete(LedgerEntry).where(LedgerEntry.id == entry_id, LedgerEntry.status == "reserved"))
+
+
+def list_ledger(session: Session, dataset_id: int) -> Sequence[LedgerEntry]:
+    return session.scalars(
+        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
+    ).all()
+
+
+# ---------------------------------------------------------------------------------------------- releases
+
+
+def get_release(session: Session, release_id: int) -> Release | None:
+    return session.get(Release, release_id)
+
+
+def list_releases(
+    session: Session, *, dataset_id: int | None = None, ids: Sequence[int] | None = None
+) -> Sequence[Release]:
+    stmt = select(Release).order_by(Release.id)
+    if dataset_id is not None:
+        stmt = stmt.where(Release.dataset_id == dataset_id)
+    if ids is not None:
+        stmt = stmt.where(Release.id.in_(list(ids)))
+    return session.scalars(stmt).all()
+
+
+def existing_release_ids(session: Session, ids: Sequence[int]) -> set[int]:
+    if not ids:
+        return set()
+    return set(session.scalars(select(Release.id).where(Release.id.in_(list(ids)))))
+
+
+# ---------------------------------------------------------------------------------------------- partners
+
+
+def get_partner(session: Session, partner_id: int) -> Partner | None:
+    return session.get(Partner, partner_id)
+
+
+def get_partner_by_token_hash(session: Session, token_hash: str) -> Partner | None:
+    return session.scalars(select(Partner).where(Partner.token_hash == token_hash)).one_or_none()
+
+
+def list_partners(session: Session) -> Sequence[Partner]:
+    return session.scalars(select(Partner).order_by(Partner.id)).all()
+
+
+def revoke_partner(session: Session, partner_id: int, at: datetime) -> None:
+    session.execute(update(Partner).where(Partner.id == partner_id).values(revoked_at=at))
+
+
+def granted_release_ids(session: Session, partner_id: int) -> list[int]:
+    return list(
+        session.scalars(
+            select(Grant.release_id).where(Grant.partner_id == partner_id).order_by(Grant.release_id)
+        )
+    )
+
+
+def grants_by_partner(session: Session) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for pid, rid in session.execute(select(Grant.partner_id, Grant.release_id).order_by(Grant.release_id)):
+        out.setdefault(int(pid), []).append(int(rid))
+    return out
+
+
+def has_grant(session: Session, partner_id: int, release_id: int) -> bool:
+    stmt = select(Grant.id).where(Grant.partner_id == partner_id, Grant.release_id == release_id)
+    return session.execute(stmt).first() is not None
+
+
+def add_grants(session: Session, partner_id: int, release_ids: Sequence[int]) -> None:
+    have = set(granted_release_ids(session, partner_id))
+    for rid in dict.fromkeys(release_ids):
+        if rid not in have:
+            session.add(Grant(partner_id=partner_id, release_id=rid))
+    session.flush()
+
+
+def charge_quota(session: Session, partner_id: int) -> bool:
+    """Atomically take one query from the partner's quota; False when it is used up.
+
+    A single conditional UPDATE: on PostgreSQL concurrent chargers queue on the row lock and re-check the
+    condition; on SQLite the write session's BEGIN IMMEDIATE serialises them.
+    """
+    result = session.execute(
+        update(Partner)
+        .where(Partner.id == partner_id, Partner.queries_used < Partner.max_queries)
+        .values(queries_used=Partner.queries_used + 1)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------------------------- queries
+
+
+def get_query(session: Session, query_id: int) -> Query | None:
+    return session.get(Query, query_id)
+
+
+def refresh_query(session: Session, query_id: int) -> Query | None:
+    """Re-read a query from the database (bypassing the session's identity map)."""
+    return session.execute(
+        select(Query).where(Query.id == query_id).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def get_query_by_key(session: Session, partner_id: int, key: str) -> Query | None:
+    stmt = select(Query).where(Query.partner_id == partner_id, Query.idempotency_key == key)
+    return session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
+
+
+def complete_query(session: Session, query_id: int, y: float) -> bool:
+    """Set the outcome of a pending query; False if it was already complete (first writer wins)."""
+    result = session.execute(
+        update(Query)
+        .where(Query.id == query_id, Query.status == "pending")
+        .values(status="complete", y=y, completed_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def list_queries(session: Session, release_id: int, partner_id: int | None = None) -> Sequence[Query]:
+    stmt = select(Query).where(Query.release_id == release_id)
+    if partner_id is not None:
+        stmt = stmt.where(Query.partner_id == partner_id)
+    return session.scalars(stmt.order_by(Query.id)).all()
+
+
+# -------------------------------------------------------------------------------------------- access log
+
+
+def add_access_log(session: Session, entry: AccessLog) -> None:
+    session.add(entry)
+
+
+def list_access_log(
+    session: Session, *, limit: int, partner_id: int | None = None, after_id: int | None = None
+) -> Sequence[AccessLog]:
+    stmt = select(AccessLog)
+    if partner_id is not None:
+        stmt = stmt.where(AccessLog.partner_id == partner_id)
+    if after_id is not None:
+        stmt = stmt.where(AccessLog.id > after_id)
+    return session.scalars(stmt.order_by(AccessLog.id).limit(limit)).all()
+
+
+# ------------------------------------------------------------------------------------------------ health
+
+
+def ping(session: Session) -> None:
+    session.execute(select(1))
+
+
+def pending_column_query_ids(session: Session) -> list[int]:
+    """Pending queries of ``column`` datasets (left pending by a crash between commit and evaluation)."""
+    stmt = (
+        select(Query.id)
+        .join(Release, Release.id == Query.release_id)
+        .join(Dataset, Dataset.id == Release.dataset_id)
+        .where(Query.status == "pending", Dataset.objective_mode == "column")
+        .order_by(Query.id)
+    )
+    return list(session.scalars(stmt))

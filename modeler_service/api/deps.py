@@ -1,0 +1,94 @@
+"""FastAPI dependencies: the app's components, the per-request session and the bearer-token check."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import SecretStr
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from modeler_service.exceptions import StorageError
+from modeler_service.runner import RunnerRegistry, Stepper
+from modeler_service.service import Context
+
+bearer_scheme = HTTPBearer(auto_error=False, description="The modeler's API token (POBO_MODELER_TOKEN).")
+
+
+@dataclass(frozen=True)
+class Components:
+    ctx: Context
+    stepper: Stepper
+    runners: RunnerRegistry
+    token: SecretStr
+
+
+# The light dependencies below are ``async def`` on purpose: they do no I/O, and a sync dependency would
+# cost a hop to the thread pool on every request.
+
+
+async def get_components(request: Request) -> Components:
+    components: Components = request.app.state.components
+    return components
+
+
+ComponentsDep = Annotated[Components, Depends(get_components)]
+
+
+async def get_context(request: Request) -> Context:
+    components: Components = request.app.state.components
+    return components.ctx
+
+
+ContextDep = Annotated[Context, Depends(get_context)]
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request; commits before the response is sent, rolls back on any error."""
+    components: Components = request.app.state.components
+    write = request.method not in ("GET", "HEAD", "OPTIONS")
+    session = components.ctx.db.session(write=write)
+    try:
+        yield session
+        session.commit()
+    except OperationalError as exc:
+        session.rollback()
+        raise StorageError(f"the database is unavailable ({type(exc.orig).__name__})") from exc
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise StorageError(f"database error ({type(exc).__name__})") from exc
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+async def require_token(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> None:
+    """Bearer token, compared in constant time."""
+    if credentials is None or not credentials.credentials:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing bearer token: send the header 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    components: Components = request.app.state.components
+    expected = components.token.get_secret_value().encode("utf-8")
+    if not hmac.compare_digest(credentials.credentials.encode("utf-8"), expected):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
+        )
+
+
+TokenDep = Depends(require_token)

@@ -1,0 +1,160 @@
+"""Studies: create, inspect, step, run in the background, audit, plot (``API.md``, modeler part).
+
+Routes are sync (``def``): FastAPI runs them in its thread pool, so the GP arithmetic and the blocking
+curator calls never run on the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Body, Query, Response, status
+
+from modeler_service import service
+from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
+from modeler_service.db import transaction
+from modeler_service.exceptions import ModelerError
+from modeler_service.schemas import (
+    AuditLog,
+    AuditVerification,
+    RunAccepted,
+    RunRequest,
+    StepResult,
+    StudiesPublic,
+    StudyCreate,
+    StudyPublic,
+)
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
+
+_ERRORS: dict[int | str, dict[str, str]] = {
+    404: {"description": "No such study"},
+    409: {"description": "The study's state does not allow this (running, awaiting a measurement, done)"},
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=StudyPublic,
+    summary="Create a study over a curator release",
+    responses={
+        404: {"description": "The curator has no such release"},
+        502: {"description": "The curator failed, refused the token, or sent rows that do not match"},
+    },
+)
+def create_study(body: StudyCreate, session: SessionDep, ctx: ContextDep) -> StudyPublic:
+    """Downloads the release's rows Z as .npy, verifies their sha256, stores them, and creates the study.
+
+    The curator token is stored encrypted and never returned.
+    """
+    return service.to_public(service.create_study(session, ctx, body))
+
+
+@router.get("", response_model=StudiesPublic, summary="List studies")
+def list_studies(session: SessionDep) -> StudiesPublic:
+    return service.list_studies(session)
+
+
+@router.get(
+    "/{study_id}",
+    response_model=StudyPublic,
+    summary="A study: status, progress, best row",
+    responses=_ERRORS,
+)
+def get_study(study_id: str, session: SessionDep) -> StudyPublic:
+    return service.to_public(service.get_study(session, study_id))
+
+
+@router.post(
+    "/{study_id}/step",
+    response_model=StepResult,
+    summary="One iteration: suggest -> curator query -> observe",
+    responses={**_ERRORS, 429: {"description": "The curator's query quota is used up"}},
+)
+def step(study_id: str, components: ComponentsDep) -> StepResult:
+    """Runs one iteration now. If the curator's outcome is ``manual`` (the query is pending), the answer has
+    ``status: "pending"`` and ``y: null``; the study becomes ``awaiting_measurement`` and records the value
+    by itself when the curator's operator posts it.
+    """
+    ctx = components.ctx
+    try:
+        result = components.stepper.step(study_id, wait=False, claim=True, settle_at=0)
+    except service.NotClaimed:
+        raise  # someone else owns the study (or it is done): leave its status alone
+    except BaseException:
+        with transaction(ctx.db) as session:
+            service.release_after_failed_step(session, study_id)
+        raise
+    assert result is not None
+    if result.status == "pending":
+        components.runners.start(study_id)  # waits for the measurement in the background
+    return result
+
+
+@router.post(
+    "/{study_id}/run",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RunAccepted,
+    summary="Run iterations in the background",
+    responses={**_ERRORS, 422: {"description": "More iterations than the budget has left"}},
+)
+def run(
+    study_id: str,
+    components: ComponentsDep,
+    body: Annotated[RunRequest | None, Body()] = None,
+) -> RunAccepted:
+    """Starts (202) a background runner for ``iterations`` more iterations (default: the rest of the budget).
+
+    Progress is in ``GET /v1/studies/{id}``. A second ``run`` while one is running is a 409.
+    """
+    ctx = components.ctx
+    with transaction(ctx.db) as session:
+        accepted = service.prepare_run(session, study_id, body.iterations if body else None)
+    try:
+        components.runners.start(study_id)
+    except ModelerError:
+        with transaction(ctx.db) as session:
+            service.release_after_failed_step(session, study_id)
+        raise
+    return accepted
+
+
+@router.get(
+    "/{study_id}/audit",
+    response_model=AuditLog,
+    summary="The audit log (one hash-chained entry per curator query)",
+    responses={**_ERRORS, 200: {"content": {"text/csv": {}}, "description": "JSON, or CSV with ?format=csv"}},
+)
+def audit(
+    study_id: str,
+    session: SessionDep,
+    format: Annotated[Literal["json", "csv"], Query(description="json (default) or csv")] = "json",  # noqa: A002
+) -> AuditLog | Response:
+    if format == "csv":
+        return Response(
+            service.audit_csv(session, study_id),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="audit-{study_id}.csv"'},
+        )
+    return service.audit_log(session, study_id)
+
+
+@router.get(
+    "/{study_id}/audit/verify",
+    response_model=AuditVerification,
+    summary="Recompute the hash chain; report the first bad entry",
+    responses=_ERRORS,
+)
+def verify(study_id: str, session: SessionDep) -> AuditVerification:
+    return service.verify_audit(session, study_id)
+
+
+@router.get(
+    "/{study_id}/plot.png",
+    response_class=Response,
+    summary="Best value so far vs iteration (PNG)",
+    responses={**_ERRORS, 200: {"content": {"image/png": {}}}},
+)
+def plot(study_id: str, session: SessionDep) -> Response:
+    return Response(service.plot_png(session, study_id), media_type="image/png")

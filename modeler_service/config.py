@@ -1,0 +1,97 @@
+"""Settings of the modeler service (environment variables prefixed ``POBO_MODELER_``)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Files (inside the data dir) holding a generated bearer token and a generated encryption key.
+TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret
+SECRET_KEY_FILE = "secret.key"  # noqa: S105 - a file name
+
+
+def _write_secret(path: Path, value: str) -> None:
+    """Create ``path`` with mode 0600 (never world-readable, not even briefly)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(value + "\n")
+    os.chmod(path, 0o600)
+
+
+class Settings(BaseSettings):
+    """One place for every knob; secrets are ``SecretStr`` so their ``repr`` never shows them."""
+
+    model_config = SettingsConfigDict(env_prefix="POBO_MODELER_", env_file=None, extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL. Default: a SQLite file <data_dir>/modeler.db (WAL mode). "
+        "PostgreSQL: postgresql+psycopg://user@host:5432/db",
+    )
+    data_dir: Path = Field(default=Path("./pobo-data/modeler"), description="Z arrays, SQLite file, secrets.")
+    token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the modeler API. Unset: generated on first start into <data_dir>/token "
+        "(mode 0600) and printed once.",
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description="Fernet key encrypting the stored curator tokens. Unset: generated on first start into "
+        "<data_dir>/secret.key (mode 0600). Losing it makes the stored curator tokens unreadable.",
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8002, ge=0, le=65535)
+    curator_timeout: float = Field(default=30.0, gt=0, description="Seconds per curator request.")
+    curator_retries: int = Field(default=4, ge=0, le=20, description="Retries of a failed curator request.")
+    poll_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="Long-poll length while awaiting a manual measurement."
+    )
+    access_log: bool = Field(default=True, description="uvicorn access log (method, path, status only).")
+    resume_on_start: bool = Field(
+        default=False,
+        description="At start-up, a study left `running` or `awaiting_measurement` by a killed process is "
+        "made `ready` (resumable with POST .../run). True: its run is also restarted automatically.",
+    )
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'modeler.db').resolve()}"
+
+    def resolve_token(self) -> SecretStr:
+        """The API token: the setting, else the token file, else a new token written there (printed once)."""
+        if self.token is not None and self.token.get_secret_value():
+            return self.token
+        path = self.data_dir / TOKEN_FILE
+        if path.exists():
+            token = path.read_text(encoding="utf-8").strip()
+            if token:
+                return SecretStr(token)
+        token = secrets.token_urlsafe(32)
+        _write_secret(path, token)
+        print(
+            f"pobo modeler: generated an API token (saved to {path}, mode 0600; shown only now):\n  {token}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return SecretStr(token)
+
+    def resolve_secret_key(self) -> SecretStr:
+        """The Fernet key: the setting, else the key file, else a new key written there (never printed)."""
+        if self.secret_key is not None and self.secret_key.get_secret_value():
+            return self.secret_key
+        path = self.data_dir / SECRET_KEY_FILE
+        if path.exists():
+            key = path.read_text(encoding="utf-8").strip()
+            if key:
+                return SecretStr(key)
+        key = Fernet.generate_key().decode("ascii")
+        _write_secret(path, key)
+        return SecretStr(key)

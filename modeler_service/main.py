@@ -1,0 +1,157 @@
+"""The modeler service: FastAPI app factory, error mapping, start-up (migrations, recovery) and ``serve``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from cryptography.fernet import Fernet
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
+
+from modeler_service import repository as repo
+from modeler_service import service
+from modeler_service.api.deps import Components, TokenDep
+from modeler_service.api.routes import health, studies
+from modeler_service.config import Settings
+from modeler_service.db import Database, transaction
+from modeler_service.exceptions import ModelerError
+from modeler_service.runner import RunnerRegistry, Stepper
+from modeler_service.service import ClientFactory, Context, default_client_factory
+from shared.errors import InputDataError, PoboError, StrategyError
+
+log = logging.getLogger("pobo.modeler")
+
+DESCRIPTION = """
+The **modeler** side of pobo (privacy-preserving outsourced Bayesian optimization, PO-GP-UCB).
+
+A *study* runs GP-UCB over the rows Z of a curator's differentially private release: it suggests a row,
+asks the curator for that row's outcome (by index only), and records the answer. Every curator query is
+logged in an append-only, hash-chained audit log that both organisations can reconcile with the curator's
+own query log.
+
+Every `/v1` call needs `Authorization: Bearer <token>` (setting `POBO_MODELER_TOKEN`; if unset, generated on
+first start into `<data dir>/token`). Errors are `{"detail": "..."}`.
+"""
+
+TAGS = [
+    {"name": "studies", "description": "GP-UCB studies over curator releases: step, run, audit, results."},
+    {"name": "operations", "description": "Health check."},
+]
+
+
+def _error(status_code: int, detail: Any) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status_code)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ModelerError)
+    async def _modeler_error(_: Request, exc: ModelerError) -> JSONResponse:
+        return _error(exc.status_code, exc.detail)
+
+    @app.exception_handler(InputDataError)
+    async def _input_error(_: Request, exc: InputDataError) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(StrategyError)
+    async def _strategy_error(_: Request, exc: StrategyError) -> JSONResponse:
+        return _error(409, str(exc))
+
+    @app.exception_handler(PoboError)
+    async def _pobo_error(_: Request, exc: PoboError) -> JSONResponse:
+        return _error(400, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for err in exc.errors():
+            err = {k: v for k, v in err.items() if k != "input"}  # never echo the payload (tokens)
+            if "ctx" in err:
+                err["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
+            errors.append(err)
+        return _error(422, errors)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error(
+            "unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path, exc_info=exc
+        )
+        return _error(500, "internal server error; see the modeler log")
+
+
+def create_app(settings: Settings | None = None, *, client_factory: ClientFactory | None = None) -> FastAPI:
+    """Build the app: data dir, secrets, database migrated to head, stale studies made resumable.
+
+    ``client_factory(curator_url, token)`` returns the ``CuratorClient`` a study uses (tests plug in one
+    with an ``httpx.MockTransport``).
+    """
+    settings = settings or Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    token = settings.resolve_token()
+    fernet = Fernet(settings.resolve_secret_key().get_secret_value().encode("ascii"))
+    db = Database(settings.resolved_database_url())
+    db.migrate()
+    ctx = Context(
+        settings=settings,
+        db=db,
+        fernet=fernet,
+        client_factory=client_factory or default_client_factory(settings),
+    )
+    stepper = Stepper(ctx)
+    runners = RunnerRegistry(ctx, stepper)
+    with transaction(db) as session:
+        stale = service.recover_stale(session)
+    if stale:
+        log.warning("%d study(ies) left running by a previous process are resumable: %s", len(stale), stale)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.resume_on_start:
+            for study_id in stale:
+                with transaction(db) as session:
+                    study = service.get_study(session, study_id)
+                    target = study.run_target or study.iterations_total
+                    claimed = study.iterations_done < study.iterations_total and repo.claim_study(
+                        session, study_id, from_statuses=("ready",), to_status="running", run_target=target
+                    )
+                if claimed:
+                    runners.start(study_id)
+        yield
+        runners.stop_all()
+        ctx.cache.close()
+        db.dispose()
+
+    # FastAPIOffline: /docs and /redoc serve their assets from the package, not a CDN (air-gapped sites).
+    app = FastAPIOffline(
+        title="pobo modeler",
+        version="1",
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+    )
+    app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(studies.router, dependencies=[TokenDep])
+    return app
+
+
+def serve(host: str | None = None, port: int | None = None) -> None:
+    """``pobo modeler serve``: migrate, then serve with uvicorn until SIGINT/SIGTERM."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=host or settings.host,
+        port=port if port is not None else settings.port,
+        log_level="info",
+        access_log=settings.access_log,
+        timeout_graceful_shutdown=10,
+    )

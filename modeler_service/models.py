@@ -1,0 +1,150 @@
+"""SQLAlchemy 2 models of the modeler service.
+
+Every table is prefixed ``modeler_`` because the modeler and the curator may share one PostgreSQL database
+(each service has its own alembic version table). The released Z is not in the database: it is a .npy file
+in the data dir; the study row records its relative path and sha256.
+
+Two tables:
+
+* ``modeler_studies``: one optimisation over one curator release. Holds the curator token *encrypted*
+  (Fernet), the private seed and the initial random rows (never shown to the curator), the run state, and
+  the *write-ahead intent* of the iteration in flight (``pending_*``: chosen before the curator is asked, so
+  a restarted process re-sends exactly the same query with the same Idempotency-Key).
+* ``modeler_audit_entries``: append-only, one row per curator query, hash-chained (``modeler_service.audit``).
+  The observations (index, y) the GP is rebuilt from are these rows: the audit log *is* the state.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Hash that precedes the first audit entry of every study.
+GENESIS_HASH = "0" * 64
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Study(Base):
+    __tablename__ = "modeler_studies"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    # where the data is, and how to reach it
+    curator_url: Mapped[str] = mapped_column(String(2048))
+    curator_token_enc: Mapped[str] = mapped_column(Text)  # Fernet(settings key).encrypt(token); never echoed
+    release_id: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    r: Mapped[int] = mapped_column(Integer)
+    release_epsilon: Mapped[float] = mapped_column(Double)
+    release_delta: Mapped[float] = mapped_column(Double)
+    release_lift: Mapped[str] = mapped_column(String(16))
+    release_omega: Mapped[float] = mapped_column(Double)
+    z_file: Mapped[str] = mapped_column(String(255))  # relative to the data dir
+    z_sha256: Mapped[str] = mapped_column(String(64))
+
+    # the strategy
+    strategy: Mapped[str] = mapped_column(String(32))
+    iterations_total: Mapped[int] = mapped_column(Integer)
+    delta_prime: Mapped[float] = mapped_column(Double)
+    hyperparameters: Mapped[Any] = mapped_column(JSON)  # "mle" or {lengthscale, signal_variance, ...}
+    exclude_queried: Mapped[bool] = mapped_column(Boolean, default=True)
+    initial_points: Mapped[int] = mapped_column(Integer)
+    initial_indices: Mapped[Any] = mapped_column(JSON)  # private: the random first rows
+    seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # private; never shown to the curator
+
+    # run state
+    status: Mapped[str] = mapped_column(String(32), default="ready", index=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    run_target: Mapped[int | None] = mapped_column(Integer, nullable=True)  # iterations_done to reach
+    iterations_done: Mapped[int] = mapped_column(Integer, default=0)
+    audit_head: Mapped[str] = mapped_column(String(64), default=GENESIS_HASH)
+    best_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    best_y: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+    # write-ahead intent of the iteration in flight (cleared in the transaction that records its outcome)
+    pending_iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pending_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pending_suggestion: Mapped[Any | None] = mapped_column(JSON, nullable=True)
+    pending_query_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class AuditEntry(Base):
+    """One curator query and its outcome; append-only and hash-chained per study."""
+
+    __tablename__ = "modeler_audit_entries"
+    __table_args__ = (
+        UniqueConstraint("study_id", "seq"),
+        UniqueConstraint("study_id", "iteration"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("modeler_studies.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column()
+    iteration: Mapped[int] = mapped_column(Integer)
+    row_index: Mapped[int] = mapped_column("row_index", Integer)
+    y: Mapped[float] = mapped_column(Double)
+    source: Mapped[str] = mapped_column(String(16))  # "initial" (random row) or "gp-ucb"
+    acquisition: Mapped[float] = mapped_column(Double)
+    beta: Mapped[float] = mapped_column(Double)
+    mean: Mapped[float] = mapped_column(Double)
+    std: Mapped[float] = mapped_column(Double)
+    hyperparameters: Mapped[str] = mapped_column(Text)  # canonical JSON, as hashed
+    curator_query_id: Mapped[int] = mapped_column(Integer)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))

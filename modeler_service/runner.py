@@ -1,0 +1,235 @@
+"""Executes iterations (suggest -> curator query -> observe) and runs studies in the background.
+
+One iteration, in four short transactions around the two slow parts (GP arithmetic and the curator)::
+
+    read study; if no intent: suggest (GP)            -- no lock held while the GP works
+    tx: write-ahead intent (iteration, row, numbers)   -- survives a crash
+    curator: POST /v1/releases/{id}/queries, Idempotency-Key = "<study id>:<iteration>"
+             (pending, a "manual" dataset: status awaiting_measurement, long-poll GET /v1/queries/{id}?wait=)
+    tx: audit entry + observation + counters, intent cleared   -- one transaction
+    observe (GP, in the cache)
+
+A crash anywhere is repaired by running the same iteration again: the intent gives the same row and the
+same key, so the curator returns the query it already made (never charged twice); an intent whose outcome
+was recorded no longer exists.
+
+``RunnerRegistry`` runs a study's iterations in a thread of its own (the event loop never does GP math or
+blocking HTTP); the database status, claimed with one conditional UPDATE, guarantees one runner per study.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from modeler_service import repository as repo
+from modeler_service import service
+from modeler_service.db import transaction
+from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
+from modeler_service.schemas import StepResult, StepTimings
+from modeler_service.service import Context, Intent
+from shared.client import CuratorError
+from shared.errors import PoboError
+from shared.schemas import QueryPublic
+
+log = logging.getLogger("pobo.modeler.runner")
+
+
+class Stepper:
+    """Runs one iteration of a study that the caller has claimed (status ``running``)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def step(
+        self,
+        study_id: str,
+        *,
+        wait: bool,
+        stop: threading.Event | None = None,
+        claim: bool = False,
+        settle_at: int | None = None,
+    ) -> StepResult | None:
+        """One iteration. ``wait``: long-poll a pending (manual) query until complete; else return it pending.
+
+        ``claim``: first claim the study for this one step (``POST .../step``; 409 if a runner owns it), in
+        the same transaction that writes the intent. ``settle_at``: when the recorded iteration reaches it,
+        the study becomes ``done``/``ready`` in the same transaction as the observation. Returns None only
+        when ``stop`` was set while waiting for a measurement.
+        """
+        ctx = self.ctx
+        t_start = time.perf_counter()
+        gp_s = 0.0
+        if not service.cache_warm(ctx, study_id):
+            # rebuild the strategy from the DB (refits: maybe seconds) before taking the write lock
+            with transaction(ctx.db, write=False) as session:
+                service.strategy_for(session, ctx, service.get_study(session, study_id))
+        with transaction(ctx.db) as session:
+            study = service.claim_step(session, study_id) if claim else service.get_study(session, study_id)
+            intent = Intent.of(study)
+            if intent is None:
+                if study.iterations_done >= study.iterations_total:
+                    raise Conflict(
+                        f"study {study_id} is done: all {study.iterations_total} iterations are used"
+                    )
+                t0 = time.perf_counter()
+                intent = service.suggest(session, ctx, study)  # GP arithmetic (cached state: ~ms)
+                gp_s += time.perf_counter() - t0
+                service.save_intent(session, study, intent)
+
+        t_curator = time.perf_counter()
+        db_s = t_curator - t_start - gp_s  # the claim/intent transaction (and a cache warm-up, if any)
+        client = ctx.client(study)
+        what = f"study {study_id} iteration {intent.iteration}"
+        try:
+            if intent.query_id is not None:
+                query = client.get_query(intent.query_id)
+            else:
+                key = service.idempotency_key(study_id, intent.iteration)
+                query = client.create_query(study.release_id, intent.index, idempotency_key=key)
+        except CuratorError as exc:
+            raise service.upstream(exc, what) from exc
+        self._check(study.release_id, intent, query, what)
+        if query.status != "complete":
+            with transaction(ctx.db) as session:
+                repo.set_pending_query(session, study_id, query.id, awaiting=True)
+            if not wait:
+                return self._result(intent, query, gp_s, time.perf_counter() - t_curator, db_s, t_start)
+            log.info("%s: awaiting the curator's measurement of query %d", what, query.id)
+            while query.status != "complete":
+                if stop is not None and stop.is_set():
+                    return None
+                try:
+                    query = client.get_query(query.id, wait=ctx.settings.poll_seconds)
+                except CuratorError as exc:
+                    if stop is not None and stop.is_set():
+                        return None
+                    raise service.upstream(exc, what) from exc
+            with transaction(ctx.db) as session:
+                repo.set_status(session, study_id, "running", only_if=("awaiting_measurement",))
+        curator_s = time.perf_counter() - t_curator
+
+        t0 = time.perf_counter()
+        with transaction(ctx.db) as session:
+            entry = service.record_outcome(session, study, intent, query, settle_at=settle_at)
+        t1 = time.perf_counter()
+        service.observe_cached(ctx, study_id, entry)
+        gp_s += time.perf_counter() - t1
+        db_s += t1 - t0
+        return self._result(intent, query, gp_s, curator_s, db_s, t_start)
+
+    @staticmethod
+    def _check(release_id: int, intent: Intent, query: QueryPublic, what: str) -> None:
+        if query.index != intent.index or query.release_id != release_id:
+            raise UpstreamError(
+                f"{what}: the curator answered query {query.id} for release {query.release_id} row "
+                f"{query.index}, but row {intent.index} of release {release_id} was asked (a reused "
+                "Idempotency-Key?)"
+            )
+
+    @staticmethod
+    def _result(
+        intent: Intent, query: QueryPublic, gp_s: float, curator_s: float, db_s: float, t_start: float
+    ) -> StepResult:
+        s = intent.suggestion
+        return StepResult(
+            iteration=intent.iteration,
+            index=intent.index,
+            status="complete" if query.status == "complete" else "pending",
+            y=query.y if query.status == "complete" else None,
+            acquisition=float(s["acquisition"]),
+            beta=float(s["beta"]),
+            mean=float(s["mean"]),
+            std=float(s["std"]),
+            source=s["source"],
+            curator_query_id=query.id,
+            timings=StepTimings(
+                gp_ms=gp_s * 1e3,
+                curator_ms=curator_s * 1e3,
+                db_ms=db_s * 1e3,
+                total_ms=(time.perf_counter() - t_start) * 1e3,
+            ),
+        )
+
+
+class RunnerRegistry:
+    """At most one background thread per study; each runs iterations until the study's ``run_target``."""
+
+    def __init__(self, ctx: Context, stepper: Stepper) -> None:
+        self.ctx = ctx
+        self.stepper = stepper
+        self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._lock = threading.Lock()
+
+    def is_running(self, study_id: str) -> bool:
+        with self._lock:
+            entry = self._threads.get(study_id)
+            return entry is not None and entry[0].is_alive()
+
+    def start(self, study_id: str) -> None:
+        """Start the runner of a study already claimed in the database (status running/awaiting)."""
+        with self._lock:
+            current = self._threads.get(study_id)
+            if current is not None and current[0].is_alive():
+                raise Conflict(f"study {study_id} already has a runner")
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=self._run, args=(study_id, stop), name=f"pobo-study-{study_id[:8]}", daemon=True
+            )
+            self._threads[study_id] = (thread, stop)
+            thread.start()
+
+    def _run(self, study_id: str, stop: threading.Event) -> None:
+        ctx = self.ctx
+        try:
+            while not stop.is_set():
+                with transaction(ctx.db, write=False) as session:
+                    study = service.get_study(session, study_id)
+                if study.status not in repo.ACTIVE_STATUSES:
+                    return
+                target = min(study.run_target or study.iterations_total, study.iterations_total)
+                if study.iterations_done >= target and study.pending_iteration is None:
+                    with transaction(ctx.db) as session:
+                        service.settle(session, study_id)
+                    log.info("study %s: run finished at iteration %d", study_id, study.iterations_done)
+                    return
+                self.stepper.step(study_id, wait=True, stop=stop, settle_at=target)
+        except (ModelerError, CuratorError, PoboError) as exc:
+            if not stop.is_set():
+                detail = getattr(exc, "detail", str(exc))
+                log.warning("study %s: run failed: %s", study_id, detail)
+                self._mark(study_id, "failed", error=str(detail))
+        except Exception as exc:  # noqa: BLE001 - a runner must never die silently
+            if not stop.is_set():
+                log.exception("study %s: runner crashed (%s)", study_id, type(exc).__name__)
+                self._mark(
+                    study_id, "failed", error=f"internal error ({type(exc).__name__}); see the modeler log"
+                )
+        finally:
+            if stop.is_set():
+                self._mark(study_id, "ready", error=None)  # interrupted by a shutdown: resumable
+            with self._lock:
+                if self._threads.get(study_id, (None,))[0] is threading.current_thread():
+                    del self._threads[study_id]
+
+    def _mark(self, study_id: str, status: str, *, error: str | None) -> None:
+        try:
+            with transaction(self.ctx.db) as session:
+                repo.set_status(session, study_id, status, only_if=repo.ACTIVE_STATUSES, error=error)
+        except ModelerError:
+            log.exception("study %s: could not record status %s", study_id, status)
+
+    def stop_all(self, timeout: float = 5.0) -> None:
+        """Stop every runner (a shutdown): in-flight long-polls are cut by closing the curator clients."""
+        with self._lock:
+            entries = list(self._threads.items())
+        for _, (_, stop) in entries:
+            stop.set()
+        for study_id, _ in entries:
+            state = self.ctx.cache.get(study_id)
+            if state is not None and state.client is not None:
+                state.client.close()
+        deadline = time.monotonic() + timeout
+        for _, (thread, _) in entries:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,1 @@
+"""Bundled data: the synthetic demo hospital CSV and the script that generates it."""

@@ -1,0 +1,295 @@
+"""Public request and response bodies of the pobo HTTP API (the curator part).
+
+Both the curator service and its clients (the modeler's ``shared/client.py``) import these, so they are
+pure pydantic: this module never imports FastAPI or SQLAlchemy. Field names follow ``API.md``; extra
+fields only ever get added.
+
+Privacy split (DESIGN.md): ``ReleasePublic`` is what a partner (the modeler) may see; ``ReleaseDetail``
+adds the curator-private diagnostics (``sigma_min``, ``lifted``, the scaling) and is only served to the
+curator's admin.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "AccessLogEntry",
+    "AccessLogPublic",
+    "DatasetPublic",
+    "DatasetsPublic",
+    "GrantCreate",
+    "Health",
+    "LiftMode",
+    "ObjectiveMode",
+    "PartnerCreate",
+    "PartnerCreated",
+    "PartnerPublic",
+    "PartnersPublic",
+    "PrivacyReport",
+    "PrivacyRow",
+    "QueriesPublic",
+    "QueryCreate",
+    "QueryPublic",
+    "QueryResult",
+    "QueryStatus",
+    "ReleaseCreate",
+    "ReleaseDetail",
+    "ReleasePublic",
+    "ReleaseRows",
+    "ReleasesPublic",
+    "ScalingInfo",
+    "ScalingKind",
+]
+
+ObjectiveMode = Literal["column", "manual"]
+LiftMode = Literal["auto", "always"]
+QueryStatus = Literal["complete", "pending"]
+ScalingKind = Literal["none", "per_feature", "max_norm"]
+
+
+class _Request(BaseModel):
+    """Request bodies reject unknown fields: a typo (or an attempt to pass a ``seed``) is a 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------- datasets
+
+
+class ScalingInfo(BaseModel):
+    """How the features were scaled before any release (this decides what the DP unit protects).
+
+    Neighbouring datasets differ in one row by Euclidean norm <= 1 *in the scaled units*:
+
+    * ``none``: the curator's own units are the DP unit (formal guarantee holds).
+    * ``per_feature``: column j was divided by the curator-declared ``scales[j]`` (features not listed keep
+      scale 1). Declared, data-independent scales keep the formal guarantee.
+    * ``max_norm``: every row was multiplied by ``max_norm / max_i ||x_i||`` so the largest row norm is
+      ``max_norm`` (the paper's normalisation). The factor depends on the data itself, so this path is
+      **outside the formal (epsilon, delta) guarantee**; it exists to reproduce the paper.
+    """
+
+    kind: ScalingKind
+    scales: dict[str, float] | None = None
+    max_norm: float | None = None
+    formal_guarantee: bool
+    note: str
+
+
+class DatasetPublic(BaseModel):
+    """Metadata of an uploaded dataset (never any row data)."""
+
+    id: int
+    name: str
+    n: int = Field(description="Number of data rows.")
+    d: int = Field(description="Number of feature columns.")
+    features: list[str]
+    objective: str | None = Field(description="Name of the outcome column (stored apart, never released).")
+    objective_mode: ObjectiveMode
+    noise_std: float
+    scaling: ScalingInfo
+    sha256: str = Field(description="sha256 of the uploaded CSV file, as received.")
+    features_sha256: str = Field(description="sha256 of the stored (scaled) float64 feature array.")
+    epsilon_budget: float
+    delta_budget: float
+    epsilon_spent: float
+    delta_spent: float
+    created_at: datetime
+
+
+class DatasetsPublic(BaseModel):
+    data: list[DatasetPublic]
+    count: int
+
+
+class PrivacyRow(BaseModel):
+    r: int
+    omega: float
+    feasible: bool = Field(description="sigma_min >= omega(r): Algorithm 1 releases without lifting.")
+
+
+class PrivacyReport(BaseModel):
+    """Curator-private: the data-dependent sigma_min and which r avoid the singular-value lifting."""
+
+    dataset_id: int
+    epsilon: float
+    delta: float
+    sigma_min: float = Field(description="Smallest singular value of the centred, scaled features.")
+    recommended_r: int | None = Field(description="Largest feasible r (the paper's guideline), or null.")
+    table: list[PrivacyRow]
+    epsilon_spent: float
+    delta_spent: float
+    epsilon_left: float
+    delta_left: float
+    fits_budget: bool = Field(description="Whether a release at (epsilon, delta) fits in the budget left.")
+    scaling: ScalingInfo
+
+
+# --------------------------------------------------------------------------------------------- releases
+
+
+class ReleaseCreate(_Request):
+    """Parameters of one (epsilon, delta)-DP random-projection release (Algorithm 1)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"epsilon": 1.0, "delta": 1e-4, "r": 15, "lift": "auto"}]},
+    )
+
+    epsilon: float = Field(gt=0, allow_inf_nan=False, description="Privacy parameter epsilon > 0.")
+    delta: float = Field(gt=0, lt=1, description="Privacy parameter delta in (0, 1).")
+    r: int = Field(ge=1, le=10_000, description="Dimension of the released rows.")
+    lift: LiftMode = Field(
+        default="auto",
+        description='"auto": lift the singular values only when sigma_min < omega (the paper); '
+        '"always": lift unconditionally (Blocki et al.), removing the data-dependent branch.',
+    )
+
+
+class ReleasePublic(BaseModel):
+    """What a partner sees of a release: the public parameters only."""
+
+    id: int
+    dataset_id: int
+    n: int
+    r: int
+    epsilon: float
+    delta: float
+    lift: LiftMode
+    omega: float
+    sha256: str = Field(description="sha256 of the release's .npy file (the bytes of GET .../rows as npy).")
+    created_at: datetime
+
+
+class ReleaseDetail(ReleasePublic):
+    """The admin's view: adds the curator-private diagnostics."""
+
+    lifted: bool
+    sigma_min: float
+    scaling: ScalingInfo
+    formal_guarantee: bool = Field(description="False when the scaling was data-dependent (max_norm).")
+
+
+class ReleasesPublic(BaseModel):
+    data: list[ReleaseDetail | ReleasePublic]
+    count: int
+
+
+class ReleaseRows(BaseModel):
+    rows: list[list[float]]
+    sha256: str
+    offset: int = 0
+    n: int
+
+
+# --------------------------------------------------------------------------------------------- partners
+
+
+class PartnerCreate(_Request):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"name": "modeler-lab", "release_ids": [1], "max_queries": 100}]},
+    )
+
+    name: str = Field(min_length=1, max_length=200)
+    release_ids: list[int] = Field(default_factory=list, description="Releases this partner may read.")
+    max_queries: int = Field(ge=0, le=10**9, description="Query quota over all granted releases.")
+
+
+class PartnerCreated(BaseModel):
+    """Returned once, at creation: the only time the token is ever shown."""
+
+    id: int
+    name: str
+    token: str
+    release_ids: list[int]
+    max_queries: int
+
+
+class PartnerPublic(BaseModel):
+    id: int
+    name: str
+    release_ids: list[int]
+    max_queries: int
+    queries_used: int
+    revoked: bool
+    created_at: datetime
+
+
+class PartnersPublic(BaseModel):
+    data: list[PartnerPublic]
+    count: int
+
+
+class GrantCreate(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"release_ids": [2, 3]}]})
+
+    release_ids: list[int] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------------------------------------- queries
+
+
+class QueryCreate(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"index": 42}]})
+
+    index: int = Field(ge=0, description="Row index (0-based) into the release.")
+
+
+class QueryPublic(BaseModel):
+    id: int
+    release_id: int
+    partner_id: int
+    index: int
+    status: QueryStatus
+    y: float | None
+    idempotency_key: str | None = None
+    created_at: datetime
+    completed_at: datetime | None
+
+
+class QueriesPublic(BaseModel):
+    queries: list[QueryPublic]
+    count: int
+
+
+class QueryResult(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"y": 0.731}]})
+
+    y: float = Field(description="The measured outcome (finite).")
+
+    @field_validator("y")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("y must be a finite number")
+        return value
+
+
+# ----------------------------------------------------------------------------------------- operations
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "unreachable"]
+
+
+class AccessLogEntry(BaseModel):
+    id: int
+    at: datetime
+    actor: str = Field(description='"admin", "partner:<id>", or "anonymous" (a rejected token).')
+    partner_id: int | None
+    method: str
+    path: str
+    status_code: int
+    duration_ms: float
+
+
+class AccessLogPublic(BaseModel):
+    entries: list[AccessLogEntry]
+    count: int

@@ -1,0 +1,155 @@
+"""POST/GET/DELETE /v1/partners: tokens (hashed, constant-time, shown once), grants, admin-only routes."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from sqlalchemy import text
+
+from tests.curator_service.conftest import ADMIN, World, bearer
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_partner_token_is_random_shown_once_and_stored_hashed(world: World, app) -> None:
+    token = world.partner["token"]
+    assert world.partner["name"] == "modeler" and world.partner["release_ids"] == [world.release["id"]]
+    assert token.startswith("pobo_p_") and len(token) >= len("pobo_p_") + 43  # >= 32 random bytes
+    listed = await world.client.get("/v1/partners", headers=ADMIN)
+    assert listed.status_code == 200 and token not in listed.text
+    one = await world.client.get(f"/v1/partners/{world.partner['id']}", headers=ADMIN)
+    assert one.json() == listed.json()["data"][0]
+    assert one.json()["release_ids"] == [world.release["id"]] and one.json()["max_queries"] == 5
+    with app.state.components.db.engine.connect() as conn:
+        stored = conn.execute(text("SELECT token_hash FROM curator_partners")).scalar_one()
+        dump = " ".join(str(row) for row in conn.execute(text("SELECT * FROM curator_partners")))
+    assert stored == hashlib.sha256(token.encode()).hexdigest()
+    assert token not in dump
+    second = await world.client.post(
+        "/v1/partners", headers=ADMIN, json={"name": "x", "release_ids": [], "max_queries": 0}
+    )
+    assert second.json()["token"] != token
+
+
+async def test_wrong_or_missing_token_is_401(world: World) -> None:
+    rid = world.release["id"]
+    for headers, detail in (
+        ({}, "missing bearer token: send the header 'Authorization: Bearer <token>'"),
+        (
+            {"Authorization": "Basic abc"},
+            "missing bearer token: send the header 'Authorization: Bearer <token>'",
+        ),
+        (bearer(world.partner["token"] + "x"), "invalid or revoked token"),
+        (bearer("pobo_p_" + "A" * 43), "invalid or revoked token"),
+    ):
+        response = await world.client.get(f"/v1/releases/{rid}", headers=headers)
+        assert response.status_code == 401
+        assert response.json() == {"detail": detail}
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+ADMIN_ONLY = [
+    ("POST", "/v1/datasets"),
+    ("GET", "/v1/datasets"),
+    ("GET", "/v1/datasets/{ds}"),
+    ("GET", "/v1/datasets/{ds}/privacy?epsilon=1&delta=0.001"),
+    ("GET", "/v1/datasets/{ds}/ledger"),
+    ("POST", "/v1/datasets/{ds}/releases"),
+    ("GET", "/v1/datasets/{ds}/releases"),
+    ("POST", "/v1/partners"),
+    ("GET", "/v1/partners"),
+    ("GET", "/v1/partners/{p}"),
+    ("POST", "/v1/partners/{p}/grants"),
+    ("DELETE", "/v1/partners/{p}"),
+    ("POST", "/v1/queries/1/result"),
+    ("GET", "/v1/access-log"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ONLY)
+async def test_partner_token_gets_403_on_admin_endpoints(world: World, method: str, path: str) -> None:
+    url = path.format(ds=world.dataset["id"], p=world.partner["id"])
+    kwargs = {}
+    if method == "POST" and "datasets" not in path or path.endswith("/releases"):
+        kwargs["json"] = {
+            "epsilon": 1,
+            "delta": 1e-5,
+            "r": 2,
+            "name": "z",
+            "release_ids": [],
+            "max_queries": 1,
+            "y": 1,
+        }
+    response = await world.client.request(method, url, headers=world.partner_headers, **kwargs)
+    assert response.status_code == 403, response.text
+    assert response.json() == {
+        "detail": "this endpoint needs the curator's admin token; a partner token is not allowed"
+    }
+    ledger = (await world.client.get(f"/v1/datasets/{world.dataset['id']}/ledger", headers=ADMIN)).json()
+    assert ledger["epsilon_spent"] == 1.0  # nothing was spent by the refused call
+
+
+async def test_grants_and_unknown_releases(world: World) -> None:
+    created = await world.client.post(
+        "/v1/partners", headers=ADMIN, json={"name": "late", "release_ids": [999], "max_queries": 1}
+    )
+    assert created.status_code == 422 and created.json() == {"detail": "unknown release id(s): 999"}
+    ds = world.dataset["id"]
+    new = (
+        await world.client.post(
+            f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
+        )
+    ).json()
+    headers = world.partner_headers
+    assert (await world.client.get(f"/v1/releases/{new['id']}", headers=headers)).status_code == 403
+    granted = await world.client.post(
+        f"/v1/partners/{world.partner['id']}/grants",
+        headers=ADMIN,
+        json={"release_ids": [new["id"], new["id"]]},
+    )
+    assert granted.status_code == 200
+    assert granted.json()["release_ids"] == [world.release["id"], new["id"]]
+    assert (await world.client.get(f"/v1/releases/{new['id']}", headers=headers)).status_code == 200
+    again = await world.client.post(
+        f"/v1/partners/{world.partner['id']}/grants", headers=ADMIN, json={"release_ids": [new["id"]]}
+    )
+    assert again.status_code == 200 and again.json()["release_ids"] == [world.release["id"], new["id"]]
+    missing = await world.client.post(
+        "/v1/partners/99/grants", headers=ADMIN, json={"release_ids": [new["id"]]}
+    )
+    assert missing.status_code == 404 and missing.json() == {"detail": "partner 99 does not exist"}
+
+
+async def test_me_and_revocation(world: World) -> None:
+    me = await world.client.get("/v1/partners/me", headers=world.partner_headers)
+    assert me.status_code == 200
+    assert me.json()["id"] == world.partner["id"] and me.json()["queries_used"] == 0
+    assert (await world.client.get("/v1/partners/me", headers=ADMIN)).status_code == 403
+    revoked = await world.client.delete(f"/v1/partners/{world.partner['id']}", headers=ADMIN)
+    assert revoked.status_code == 200 and revoked.json()["revoked"] is True
+    after = await world.client.get(f"/v1/releases/{world.release['id']}", headers=world.partner_headers)
+    assert after.status_code == 401 and after.json() == {"detail": "invalid or revoked token"}
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (
+            {"name": "", "release_ids": [], "max_queries": 1},
+            "body field 'name': String should have at least 1 character",
+        ),
+        (
+            {"name": "a", "release_ids": [], "max_queries": -1},
+            "body field 'max_queries': Input should be greater than or equal to 0",
+        ),
+        ({"name": "a", "release_ids": []}, "body field 'max_queries': Field required"),
+        (
+            {"name": "a", "max_queries": 1, "token": "mine"},
+            "body field 'token': Extra inputs are not permitted",
+        ),
+    ],
+)
+async def test_partner_validation(world: World, body: dict, detail: str) -> None:
+    response = await world.client.post("/v1/partners", headers=ADMIN, json=body)
+    assert response.status_code == 422 and detail in response.json()["detail"]

@@ -1,0 +1,156 @@
+"""A small in-memory curator implementing the endpoints the modeler uses (API.md), as an httpx transport.
+
+Enough behaviour to test the modeler alone: one release, bearer tokens, npy rows with sha256, queries with
+Idempotency-Key (a repeat returns the same query and is not charged), a quota (429), ``manual`` outcomes
+(pending until ``post_result``; ``?wait=`` long-polls), and injectable failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import numpy as np
+
+PARTNER_TOKEN = "partner-token-abc"  # noqa: S105 - test fixture
+ADMIN_TOKEN = "admin-token-xyz"  # noqa: S105 - test fixture
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@dataclass
+class FakeCurator:
+    n: int = 200
+    r: int = 3
+    seed: int = 0
+    manual: bool = False
+    max_queries: int = 10_000
+    release_id: int = 1
+    fail_next: list[int] = field(default_factory=list)  # status codes to answer next (any endpoint)
+    corrupt_rows: bool = False
+
+    def __post_init__(self) -> None:
+        rng = np.random.default_rng(self.seed)
+        self.Z = rng.standard_normal((self.n, self.r))
+        # a smooth objective with a single optimum: easy for GP-UCB, hard for random choice
+        centre = self.Z[int(np.argmax(self.Z[:, 0] + 0.5 * self.Z[:, 1]))]
+        self.f = np.exp(-0.5 * ((self.Z - centre) ** 2).sum(1))
+        buf = io.BytesIO()
+        np.save(buf, self.Z, allow_pickle=False)
+        self.npy = buf.getvalue()
+        self.sha256 = hashlib.sha256(self.npy).hexdigest()
+        self.queries: list[dict[str, Any]] = []
+        self.keys: dict[str, int] = {}
+        self.requests: list[httpx.Request] = []
+        self.cond = threading.Condition()
+
+    # ------------------------------------------------------------------------------------------ helpers
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def charged(self) -> int:
+        return len(self.queries)
+
+    def post_result(self, query_id: int, y: float) -> None:
+        with self.cond:
+            q = self.queries[query_id - 1]
+            q.update(status="complete", y=float(y), completed_at=_now())
+            self.cond.notify_all()
+
+    def pending(self) -> list[dict[str, Any]]:
+        return [q for q in self.queries if q["status"] == "pending"]
+
+    def release(self) -> dict[str, Any]:
+        return {
+            "id": self.release_id,
+            "dataset_id": 1,
+            "n": self.n,
+            "r": self.r,
+            "epsilon": 1.0,
+            "delta": 1e-4,
+            "lift": "auto",
+            "omega": 123.4,
+            "sha256": self.sha256,
+            "created_at": _now(),
+        }
+
+    # ------------------------------------------------------------------------------------------ handler
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if self.fail_next:
+            code = self.fail_next.pop(0)
+            return httpx.Response(code, json={"detail": f"injected failure {code}"})
+        auth = request.headers.get("authorization", "")
+        token = auth.removeprefix("Bearer ")
+        if token not in (PARTNER_TOKEN, ADMIN_TOKEN):
+            return httpx.Response(401, json={"detail": "invalid or revoked token"})
+        path, method = request.url.path, request.method
+        if m := re.fullmatch(r"/v1/releases/(\d+)", path):
+            if int(m[1]) != self.release_id:
+                return httpx.Response(404, json={"detail": f"release {m[1]} not found"})
+            return httpx.Response(200, json=self.release())
+        if m := re.fullmatch(r"/v1/releases/(\d+)/rows", path):
+            if int(m[1]) != self.release_id:
+                return httpx.Response(404, json={"detail": f"release {m[1]} not found"})
+            body = self.npy if not self.corrupt_rows else self.npy[:-8] + b"\x00" * 8
+            return httpx.Response(200, content=body, headers={"content-type": "application/x-npy"})
+        if (m := re.fullmatch(r"/v1/releases/(\d+)/queries", path)) and method == "POST":
+            return self._create_query(request, int(m[1]), token)
+        if (m := re.fullmatch(r"/v1/releases/(\d+)/queries", path)) and method == "GET":
+            return httpx.Response(200, json={"queries": list(self.queries), "count": len(self.queries)})
+        if (m := re.fullmatch(r"/v1/queries/(\d+)", path)) and method == "GET":
+            qid = int(m[1])
+            if not 1 <= qid <= len(self.queries):
+                return httpx.Response(404, json={"detail": f"query {qid} not found"})
+            wait = float(request.url.params.get("wait", 0) or 0)
+            with self.cond:
+                self.cond.wait_for(
+                    lambda: self.queries[qid - 1]["status"] == "complete", timeout=min(wait, 5.0)
+                )
+                return httpx.Response(200, json=dict(self.queries[qid - 1]))
+        if (m := re.fullmatch(r"/v1/queries/(\d+)/result", path)) and method == "POST":
+            qid = int(m[1])
+            if self.queries[qid - 1]["status"] == "complete":
+                return httpx.Response(409, json={"detail": f"query {qid} is already complete"})
+            self.post_result(qid, json.loads(request.content)["y"])
+            return httpx.Response(200, json=dict(self.queries[qid - 1]))
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    def _create_query(self, request: httpx.Request, release_id: int, token: str) -> httpx.Response:
+        if release_id != self.release_id:
+            return httpx.Response(404, json={"detail": f"release {release_id} not found"})
+        key = request.headers.get("idempotency-key")
+        with self.cond:
+            if key is not None and key in self.keys:
+                return httpx.Response(201, json=dict(self.queries[self.keys[key] - 1]))
+            index = json.loads(request.content)["index"]
+            if not 0 <= index < self.n:
+                return httpx.Response(
+                    422, json={"detail": f"index must be in [0, {self.n - 1}], got {index}"}
+                )
+            if len(self.queries) >= self.max_queries:
+                return httpx.Response(429, json={"detail": f"query quota of {self.max_queries} is used up"})
+            q = {
+                "id": len(self.queries) + 1,
+                "release_id": release_id,
+                "partner_id": 1,
+                "index": index,
+                "status": "pending" if self.manual else "complete",
+                "y": None if self.manual else float(self.f[index]),
+                "idempotency_key": key,
+                "created_at": _now(),
+                "completed_at": None if self.manual else _now(),
+            }
+            self.queries.append(q)
+            if key is not None:
+                self.keys[key] = q["id"]
+            return httpx.Response(201, json=dict(q))
