@@ -41,6 +41,21 @@ class Settings(BaseSettings):
         description="Processes parsing the chunks of a big CSV upload in parallel (1: the request thread).",
     )
     max_wait_seconds: float = Field(default=60.0, ge=0, description="Upper bound of ?wait= long-polls.")
+    max_json_bytes: int = Field(
+        default=1 * 2**20, ge=1024, description="Largest body of any request but the CSV upload (413 beyond)."
+    )
+    auth_max_failures: int = Field(
+        default=10,
+        ge=0,
+        description="Requests with an invalid token one client may make within auth_window_seconds before "
+        "it gets 429 (0: no throttling). In memory, per worker process.",
+    )
+    auth_window_seconds: float = Field(default=60.0, gt=0, description="Window of the failed-token throttle.")
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to call the API (CORS). Empty (default): no CORS headers at "
+        "all, so no web page on another origin can call the service from a browser.",
+    )
 
     def resolved_database_url(self) -> str:
         if self.database_url:

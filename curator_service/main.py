@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -29,6 +30,7 @@ from curator_service.db import Database
 from curator_service.exceptions import CuratorError
 from curator_service.models import AccessLog
 from curator_service.storage import ArrayStore
+from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 
 logger = logging.getLogger("curator_service")
@@ -305,7 +307,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, datasets, releases, partners, queries, access_log):
         app.include_router(module.router)
     app.add_middleware(UploadGuard, components=components)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])
     app.add_middleware(AccessLogMiddleware, db=db)
+    if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+        )
+    app.add_middleware(
+        AuthThrottle, max_failures=settings.auth_max_failures, window_seconds=settings.auth_window_seconds
+    )
     return app
 
 

@@ -54,6 +54,20 @@ class Settings(BaseSettings):
         default=30.0, gt=0, le=600, description="Long-poll length while awaiting a manual measurement."
     )
     access_log: bool = Field(default=True, description="uvicorn access log (method, path, status only).")
+    max_json_bytes: int = Field(
+        default=1 * 2**20, ge=1024, description="Largest accepted request body (413 beyond it)."
+    )
+    auth_max_failures: int = Field(
+        default=10,
+        ge=0,
+        description="Requests with an invalid token one client may make within auth_window_seconds before "
+        "it gets 429 (0: no throttling). In memory, per worker process.",
+    )
+    auth_window_seconds: float = Field(default=60.0, gt=0, description="Window of the failed-token throttle.")
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to call the API (CORS). Empty (default): no CORS headers.",
+    )
     resume_on_start: bool = Field(
         default=False,
         description="At start-up, a study left `running` or `awaiting_measurement` by a killed process is "

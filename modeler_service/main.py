@@ -10,6 +10,7 @@ from typing import Any
 from cryptography.fernet import Fernet
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
@@ -22,6 +23,7 @@ from modeler_service.db import Database, transaction
 from modeler_service.exceptions import ModelerError
 from modeler_service.runner import RunnerRegistry, Stepper
 from modeler_service.service import ClientFactory, Context, default_client_factory
+from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
 
 log = logging.getLogger("pobo.modeler")
@@ -137,6 +139,17 @@ def create_app(settings: Settings | None = None, *, client_factory: ClientFactor
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(studies.router, dependencies=[TokenDep])
+    app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
+    if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(
+        AuthThrottle, max_failures=settings.auth_max_failures, window_seconds=settings.auth_window_seconds
+    )
     return app
 
 

@@ -1,0 +1,166 @@
+"""Two plain-ASGI guards both services put in front of their apps (no FastAPI/Starlette import here).
+
+* :class:`BodyLimit` — refuses a request body larger than a limit with 413, before the body is read when
+  ``Content-Length`` announces it and while streaming otherwise (chunked bodies). Paths with their own
+  limit (the curator's CSV upload) are exempt.
+* :class:`AuthThrottle` — a client (by peer address) whose requests *carrying a token* were answered
+  401 ``max_failures`` times within ``window_seconds`` gets 429 with ``Retry-After`` on every
+  authenticated request until the window has passed, *even with a correct token*: a token-guessing
+  client learns nothing while locked.
+  The state is in memory, per process: with several uvicorn workers the limit applies per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+__all__ = ["AuthThrottle", "BodyLimit"]
+
+
+async def _send_json(send: Send, status: int, detail: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+    body = json.dumps({"detail": detail}).encode("utf-8")
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """413 for a request body over ``max_bytes`` (paths in ``exempt`` have their own limit)."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, exempt: Iterable[str] = ()) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.exempt = {p.rstrip("/") for p in exempt}
+
+    def _message(self) -> str:
+        return (
+            f"request body too large: the limit is {self.max_bytes} bytes "
+            "(setting max_json_bytes); send a smaller body"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    announced = int(value)
+                except ValueError:
+                    await _send_json(send, 400, "invalid Content-Length header")
+                    return
+                if announced > self.max_bytes:
+                    await _send_json(send, 413, self._message())
+                    return
+        seen = 0
+        started = False
+        refused = False
+
+        async def counting_receive() -> Message:
+            # Past the limit: answer 413 ourselves and tell the app the client went away; whatever the
+            # app answers after that is dropped (frameworks would turn a raised error into a 400).
+            nonlocal seen, refused, started
+            message = await receive()
+            if message["type"] == "http.request" and not refused:
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    refused = True
+                    if not started:
+                        started = True
+                        await _send_json(send, 413, self._message())
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, counting_receive, tracking_send)
+
+
+class AuthThrottle:
+    """429 for a client after ``max_failures`` 401 answers within ``window_seconds`` (see module doc)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_failures: int,
+        window_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.max_failures = max_failures
+        self.window = window_seconds
+        self.clock = clock
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _client(scope: Scope) -> str:
+        client = scope.get("client")
+        return str(client[0]) if client else "unknown"
+
+    def _locked_for(self, client: str, now: float) -> float:
+        """Seconds the client stays locked (0: not locked); forgets failures older than the window."""
+        with self._lock:
+            q = self._failures.get(client)
+            if not q:
+                return 0.0
+            while q and q[0] <= now - self.window:
+                q.popleft()
+            if not q:
+                del self._failures[client]
+                return 0.0
+            if len(q) >= self.max_failures:
+                return q[-1] + self.window - now
+            return 0.0
+
+    def _record_failure(self, client: str, now: float) -> None:
+        with self._lock:
+            if len(self._failures) > 100_000:  # bounded memory under a flood of distinct addresses
+                self._failures.clear()
+            q = self._failures.setdefault(client, deque(maxlen=self.max_failures))
+            q.append(now)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.max_failures <= 0:
+            await self.app(scope, receive, send)
+            return
+        has_auth = any(name == b"authorization" for name, _ in scope.get("headers", []))
+        client = self._client(scope)
+        if has_auth:
+            wait = self._locked_for(client, self.clock())
+            if wait > 0:
+                await _send_json(
+                    send,
+                    429,
+                    f"too many requests with an invalid token from this address; try again in "
+                    f"{math.ceil(wait)} s",
+                    [("retry-after", str(math.ceil(wait)))],
+                )
+                return
+
+        async def watching_send(message: Message) -> None:
+            if has_auth and message["type"] == "http.response.start" and message["status"] == 401:
+                self._record_failure(client, self.clock())
+            await send(message)
+
+        await self.app(scope, receive, watching_send)

@@ -1,0 +1,210 @@
+"""Issue 5, item 6: tokens never stored or logged in clear, token files 0600, failed-token throttling (429),
+body size limits (413), CORS closed by default — on both services."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from curator_service.config import ADMIN_TOKEN_FILE
+from curator_service.config import Settings as CuratorSettings
+from curator_service.main import create_app as create_curator
+from modeler_service.config import TOKEN_FILE
+from modeler_service.config import Settings as ModelerSettings
+from modeler_service.main import create_app as create_modeler
+from shared.asgi_guards import AuthThrottle
+
+ADMIN = "sec-admin-token-abcdefghijklmnopqrstuvwxyz0123"
+MODELER = "sec-modeler-token-abcdefghijklmnopqrstuvwxyz01"
+CSV = "a,b,outcome\n" + "".join(f"{i * 1.37 + 0.123:.4f},{i * 2.71 - 5.5:.4f},{i % 7}\n" for i in range(30))
+
+
+@pytest.fixture
+def curator(tmp_path: Path) -> Iterator[TestClient]:
+    app = create_curator(CuratorSettings(data_dir=tmp_path / "c", admin_token=ADMIN, auth_max_failures=5))
+    with TestClient(app) as client:
+        yield client
+    app.state.components.db.dispose()
+
+
+@pytest.fixture
+def modeler(tmp_path: Path) -> Iterator[TestClient]:
+    app = create_modeler(ModelerSettings(data_dir=tmp_path / "m", token=MODELER, auth_max_failures=5))
+    with TestClient(app) as client:
+        yield client
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _seed_curator(client: TestClient) -> str:
+    """Upload, release, partner; returns the partner token."""
+    r = client.post(
+        "/v1/datasets",
+        headers=_bearer(ADMIN),
+        files={"file": ("d.csv", CSV, "text/csv")},
+        data={"name": "d", "objective": "outcome"},
+    )
+    assert r.status_code == 201, r.text
+    ds = r.json()["id"]
+    r = client.post(
+        f"/v1/datasets/{ds}/releases", headers=_bearer(ADMIN), json={"epsilon": 1, "delta": 1e-5, "r": 2}
+    )
+    assert r.status_code == 201, r.text
+    r = client.post(
+        "/v1/partners",
+        headers=_bearer(ADMIN),
+        json={"name": "m", "release_ids": [r.json()["id"]], "max_queries": 3},
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["token"])
+
+
+# ------------------------------------------------------------------------------------------ throttling
+
+
+def test_throttle_unit_window_and_lock() -> None:
+    now = [0.0]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        ok = dict(scope["headers"]).get(b"authorization") == b"Bearer good"
+        await send({"type": "http.response.start", "status": 200 if ok else 401, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    guard = AuthThrottle(app, max_failures=3, window_seconds=10, clock=lambda: now[0])
+    client = TestClient(guard)  # type: ignore[arg-type]
+    assert [client.get("/", headers={"Authorization": "Bearer bad"}).status_code for _ in range(3)] == [
+        401
+    ] * 3
+    locked = client.get("/", headers={"Authorization": "Bearer good"})
+    assert locked.status_code == 429 and locked.headers["retry-after"] == "10"
+    assert client.get("/").status_code == 401  # no token: not throttled (nothing to guess), not counted
+    now[0] = 10.5  # the window passed: the correct token works again
+    assert client.get("/", headers={"Authorization": "Bearer good"}).status_code == 200
+
+
+@pytest.mark.parametrize("service", ["curator", "modeler"])
+def test_repeated_bad_tokens_get_429(service: str, request: pytest.FixtureRequest) -> None:
+    client: TestClient = request.getfixturevalue(service)
+    good, path = (ADMIN, "/v1/datasets") if service == "curator" else (MODELER, "/v1/studies")
+    assert client.get(path, headers=_bearer(good)).status_code == 200
+    codes = [client.get(path, headers=_bearer(f"wrong-{i}")).status_code for i in range(5)]
+    assert codes == [401] * 5
+    locked = client.get(path, headers=_bearer(good))
+    assert locked.status_code == 429
+    assert int(locked.headers["retry-after"]) > 0
+    assert "invalid token" in locked.json()["detail"]
+    assert client.get("/healthz").status_code == 200  # unauthenticated health checks are not throttled
+
+
+# ------------------------------------------------------------------------------------------ body limits
+
+
+@pytest.mark.parametrize("service", ["curator", "modeler"])
+def test_json_bodies_over_the_limit_get_413(service: str, request: pytest.FixtureRequest) -> None:
+    client: TestClient = request.getfixturevalue(service)
+    token, path = (ADMIN, "/v1/partners") if service == "curator" else (MODELER, "/v1/studies")
+    big = b'{"name": "' + b"x" * (2 * 2**20) + b'"}'
+    headers = {**_bearer(token), "Content-Type": "application/json"}
+    r = client.post(path, headers=headers, content=big)
+    assert r.status_code == 413 and "too large" in r.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: cut off while streaming
+        for _ in range(3):
+            yield big[: 2**20]
+
+    r = client.post(path, headers=headers, content=chunks())
+    assert r.status_code == 413
+    r = client.post(path, headers=headers, content=b'{"name": "small"')  # under the limit: normal validation
+    assert r.status_code == 422
+
+
+def test_curator_upload_limit_still_413(tmp_path: Path) -> None:
+    app = create_curator(CuratorSettings(data_dir=tmp_path / "c", admin_token=ADMIN, max_upload_bytes=100))
+    with TestClient(app) as client:
+        r = client.post(
+            "/v1/datasets",
+            headers=_bearer(ADMIN),
+            files={"file": ("d.csv", "a\n" + "1\n" * 2**20, "text/csv")},
+        )
+    assert r.status_code == 413 and "POBO_CURATOR_MAX_UPLOAD_BYTES" in r.json()["detail"]
+
+
+# ------------------------------------------------------------------------------------------------ CORS
+
+
+@pytest.mark.parametrize("service", ["curator", "modeler"])
+def test_cors_closed_by_default(service: str, request: pytest.FixtureRequest) -> None:
+    client: TestClient = request.getfixturevalue(service)
+    preflight = {"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"}
+    r = client.options("/v1/releases" if service == "curator" else "/v1/studies", headers=preflight)
+    assert "access-control-allow-origin" not in r.headers
+    r = client.get("/healthz", headers={"Origin": "https://evil.example"})
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_cors_opens_only_for_named_origins(tmp_path: Path) -> None:
+    settings = CuratorSettings(
+        data_dir=tmp_path / "c", admin_token=ADMIN, cors_origins=["https://ok.example"]
+    )
+    app = create_curator(settings)
+    with TestClient(app) as client:
+        ok = client.options(
+            "/v1/releases", headers={"Origin": "https://ok.example", "Access-Control-Request-Method": "GET"}
+        )
+        bad = client.options(
+            "/v1/releases", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"}
+        )
+    assert ok.headers.get("access-control-allow-origin") == "https://ok.example"
+    assert "access-control-allow-origin" not in bad.headers
+
+
+# ------------------------------------------------------------------------------- tokens at rest and in logs
+
+
+def _forbidden_strings(*tokens: str) -> list[str]:
+    """Each token and the first 8 hex digits of its sha256 (a hash prefix is enough to correlate)."""
+    out = []
+    for t in tokens:
+        out += [t, hashlib.sha256(t.encode()).hexdigest()[:8]]
+    return out
+
+
+def test_curator_database_holds_only_token_hashes_and_logs_hold_neither(
+    curator: TestClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    partner = _seed_curator(curator)
+    curator.get("/v1/releases", headers=_bearer(partner))
+    curator.get("/v1/releases", headers=_bearer(partner + "x"))  # a wrong token, logged as a 401
+    access = curator.get("/v1/access-log", headers=_bearer(ADMIN)).text
+    app = curator.app
+    app.state.components.db.dispose()  # type: ignore[attr-defined]
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "c").glob("curator.db*"))
+    assert raw, "the SQLite database file was not found"
+    for token in (ADMIN, partner, partner + "x"):
+        assert token.encode() not in raw
+    assert hashlib.sha256(partner.encode()).hexdigest().encode() in raw  # the hash is what is stored
+    for s in _forbidden_strings(ADMIN, partner, partner + "x"):
+        assert s not in caplog.text, s
+        assert s not in access, s
+
+
+def test_generated_token_files_are_owner_only(tmp_path: Path) -> None:
+    c = CuratorSettings(data_dir=tmp_path / "c")
+    token = c.resolve_admin_token().get_secret_value()
+    path = tmp_path / "c" / ADMIN_TOKEN_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_text().strip() == token
+    m = ModelerSettings(data_dir=tmp_path / "m")
+    m.resolve_token()
+    m.resolve_secret_key()
+    for name in (TOKEN_FILE, "secret.key"):
+        assert stat.S_IMODE((tmp_path / "m" / name).stat().st_mode) == 0o600
