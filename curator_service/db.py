@@ -51,7 +51,14 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
+    return create_engine(
+        url,
+        connect_args={"connect_timeout": 5},  # fail fast (503) rather than hang while the database is down
+        pool_timeout=10,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=30,
+    )
 
 
 class Database:

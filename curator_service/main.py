@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -251,9 +251,17 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
 
     @app.exception_handler(OperationalError)
-    async def db_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
-        _log_unexpected(request, exc)
-        return JSONResponse({"detail": "the database is unavailable or busy; retry shortly"}, status_code=503)
+    @app.exception_handler(InterfaceError)
+    async def db_unavailable(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        # Down, dropped or busy: the pool's pre-ping reconnects by itself once the database is back.
+        logger.warning(
+            "database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__
+        )
+        return JSONResponse(
+            {"detail": "the database is unavailable or busy; retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
 
     @app.exception_handler(SQLAlchemyError)
     async def db_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:

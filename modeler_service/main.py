@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from modeler_service import repository as repo
 from modeler_service import service
@@ -53,7 +54,10 @@ def _error(status_code: int, detail: Any) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ModelerError)
     async def _modeler_error(_: Request, exc: ModelerError) -> JSONResponse:
-        return _error(exc.status_code, exc.detail)
+        response = _error(exc.status_code, exc.detail)
+        if exc.status_code == 503:  # the database (or the curator) is unavailable: retry shortly
+            response.headers["Retry-After"] = "5"
+        return response
 
     @app.exception_handler(InputDataError)
     async def _input_error(_: Request, exc: InputDataError) -> JSONResponse:
@@ -76,6 +80,18 @@ def install_error_handlers(app: FastAPI) -> None:
                 err["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
             errors.append(err)
         return _error(422, errors)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # The database is down or the connection dropped: the pool's pre-ping reconnects by itself once
+        # it is back, so the client should simply retry.
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
