@@ -7,8 +7,10 @@ import secrets
 import sys
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.tls import check_tls_files
 
 #: Name of the file (inside the data dir) that holds a generated admin token.
 ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105 - a file name, not a secret
@@ -56,6 +58,23 @@ class Settings(BaseSettings):
         description="Browser origins allowed to call the API (CORS). Empty (default): no CORS headers at "
         "all, so no web page on another origin can call the service from a browser.",
     )
+
+    tls_certfile: Path | None = Field(
+        default=None, description="PEM certificate (chain) to serve HTTPS; needs tls_keyfile too."
+    )
+    tls_keyfile: Path | None = Field(default=None, description="PEM private key of tls_certfile.")
+    tls_keyfile_password: SecretStr | None = Field(
+        default=None, description="Password of tls_keyfile, if it is encrypted."
+    )
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Settings:
+        check_tls_files(self.tls_certfile, self.tls_keyfile, prefix="POBO_CURATOR_")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_certfile is not None
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -32,6 +32,7 @@ from curator_service.models import AccessLog
 from curator_service.storage import ArrayStore
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
+from shared.tls import uvicorn_ssl_options, warn_if_plaintext
 
 logger = logging.getLogger("curator_service")
 
@@ -340,6 +341,12 @@ def serve(host: str | None = None, port: int | None = None) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
+    bind = host or settings.host
+    warn_if_plaintext(logger, bind, tls=settings.tls_enabled, service="curator", prefix="POBO_CURATOR_")
+    password = settings.tls_keyfile_password
+    tls = uvicorn_ssl_options(
+        settings.tls_certfile, settings.tls_keyfile, password.get_secret_value() if password else None
+    )
     app = create_app(settings)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler that was in place
     # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
@@ -350,4 +357,5 @@ def serve(host: str | None = None, port: int | None = None) -> None:
         port=port if port is not None else settings.port,
         log_level="info",
         timeout_graceful_shutdown=10,
+        **tls,  # type: ignore[arg-type]
     )

@@ -26,6 +26,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from shared.hashchain import GENESIS_HASH
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -116,6 +118,9 @@ class Release(Base):
     z_path: Mapped[str] = mapped_column(String(500))
     sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Head of this release's query-log chain: entries so far and the last hash (catches truncation).
+    chain_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    chain_head: Mapped[str] = mapped_column(String(64), default=GENESIS_HASH, server_default=GENESIS_HASH)
 
 
 class LedgerEntry(Base):
@@ -179,6 +184,11 @@ class Query(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[datetime | None]
+    # The query log's hash chain (one chain per release, in order of completion; see shared.hashchain):
+    # set in the transaction that records the outcome, so a pending query is not in the chain yet.
+    chain_seq: Mapped[int | None]
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class AccessLog(Base):

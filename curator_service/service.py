@@ -30,6 +30,7 @@ import numpy as np
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from curator_service import querylog
 from curator_service import repository as repo
 from curator_service.csvparse import ChunkParser, CsvStream, iter_values
 from curator_service.db import Database
@@ -43,6 +44,7 @@ from curator_service.exceptions import (
 )
 from curator_service.models import Dataset, LedgerEntry, Partner, Query, Release, utcnow
 from curator_service.storage import ArrayStore
+from shared.hashchain import Verification
 from shared.projection import centred_sigma_min, os_entropy_rng, privacy_table, release_projection
 from shared.schemas import PrivacyReport, PrivacyRow, ReleaseCreate
 
@@ -628,7 +630,8 @@ def _settle(session: Session, store: ArrayStore, query: Query) -> Query:
     if dataset.objective_mode != "column":
         return query
     y = _column_outcome(store, dataset, query.row_index)
-    repo.complete_query(session, query.id, y)
+    if repo.complete_query(session, query.id, y):
+        querylog.append_to_chain(session, query.id)  # same transaction: outcome and its chain link
     session.commit()  # deliberate: the outcome is on record before it is sent
     fresh = repo.refresh_query(session, query.id)
     assert fresh is not None
@@ -739,6 +742,7 @@ def post_result(session: Session, query_id: int, y: float) -> Query:
         )
     if not repo.complete_query(session, query_id, y):
         raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
+    querylog.append_to_chain(session, query_id)
     fresh = repo.refresh_query(session, query_id)
     assert fresh is not None
     return fresh
@@ -747,6 +751,12 @@ def post_result(session: Session, query_id: int, y: float) -> Query:
 def list_queries(session: Session, principal: Principal, release_id: int) -> Sequence[Query]:
     get_release(session, principal, release_id)
     return repo.list_queries(session, release_id, None if principal.is_admin else principal.partner_id)
+
+
+def verify_queries(session: Session, principal: Principal, release_id: int) -> tuple[Verification, str]:
+    """Verify the release's query-log hash chain (admin, or a partner granted the release)."""
+    get_release(session, principal, release_id)
+    return querylog.verify_release_chain(session, release_id)
 
 
 # ------------------------------------------------------------------------------------------ access log

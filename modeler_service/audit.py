@@ -15,43 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from modeler_service.models import GENESIS_HASH, AuditEntry
-
-
-def canonical_float(value: float) -> str:
-    """Fixed textual form of a float: Python's shortest round-trip repr ('nan'/'inf' spelled out)."""
-    value = float(value)
-    if math.isnan(value):
-        return "nan"
-    return repr(value)
-
-
-def canonical_time(value: datetime) -> str:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return canonical_float(value)
-    if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    raise TypeError(f"cannot canonicalise {type(value).__name__}")
+from shared.hashchain import canonical, canonical_time
+from shared.hashchain import canonical_json as canonical_json_of
 
 
 def canonical_hyperparameters(hp: dict[str, Any]) -> str:
     """The hyper-parameters as stored in an entry: canonical JSON (floats as repr strings)."""
-    return json.dumps(_canonical(hp), sort_keys=True, separators=(",", ":"))
+    return json.dumps(canonical(hp), sort_keys=True, separators=(",", ":"))
 
 
 def entry_payload(entry: AuditEntry) -> dict[str, Any]:
@@ -74,7 +48,7 @@ def entry_payload(entry: AuditEntry) -> dict[str, Any]:
 
 
 def canonical_json(entry: AuditEntry) -> str:
-    return json.dumps(_canonical(entry_payload(entry)), sort_keys=True, separators=(",", ":"))
+    return canonical_json_of(entry_payload(entry))
 
 
 def entry_hash(prev_hash: str, entry: AuditEntry) -> str:

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from cryptography.fernet import Fernet
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.tls import check_tls_files
 
 #: Files (inside the data dir) holding a generated bearer token and a generated encryption key.
 TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret
@@ -73,6 +75,40 @@ class Settings(BaseSettings):
         description="At start-up, a study left `running` or `awaiting_measurement` by a killed process is "
         "made `ready` (resumable with POST .../run). True: its run is also restarted automatically.",
     )
+
+    tls_certfile: Path | None = Field(
+        default=None, description="PEM certificate (chain) to serve HTTPS; needs tls_keyfile too."
+    )
+    tls_keyfile: Path | None = Field(default=None, description="PEM private key of tls_certfile.")
+    tls_keyfile_password: SecretStr | None = Field(
+        default=None, description="Password of tls_keyfile, if it is encrypted."
+    )
+    curator_ca_bundle: Path | None = Field(
+        default=None,
+        description="PEM bundle of the CA(s) that signed the curator's certificate (https curator URLs). "
+        "Unset: the system trust store. Certificates are always verified.",
+    )
+    curator_client_cert: Path | None = Field(
+        default=None, description="Optional client certificate (PEM) presented to the curator (mutual TLS)."
+    )
+    curator_client_key: Path | None = Field(default=None, description="Private key of curator_client_cert.")
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Settings:
+        check_tls_files(self.tls_certfile, self.tls_keyfile, prefix="POBO_MODELER_")
+        if self.curator_ca_bundle is not None and not self.curator_ca_bundle.is_file():
+            raise ValueError(
+                f"POBO_MODELER_CURATOR_CA_BUNDLE: {self.curator_ca_bundle} does not exist or is not a file"
+            )
+        if self.curator_client_key is not None and self.curator_client_cert is None:
+            raise ValueError(
+                "POBO_MODELER_CURATOR_CLIENT_KEY is set but POBO_MODELER_CURATOR_CLIENT_CERT is not"
+            )
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_certfile is not None
 
     def resolved_database_url(self) -> str:
         if self.database_url:

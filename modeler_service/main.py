@@ -26,6 +26,7 @@ from modeler_service.runner import RunnerRegistry, Stepper
 from modeler_service.service import ClientFactory, Context, default_client_factory
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
+from shared.tls import uvicorn_ssl_options, warn_if_plaintext
 
 log = logging.getLogger("pobo.modeler")
 
@@ -175,6 +176,12 @@ def serve(host: str | None = None, port: int | None = None) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
+    bind = host or settings.host
+    warn_if_plaintext(log, bind, tls=settings.tls_enabled, service="modeler", prefix="POBO_MODELER_")
+    password = settings.tls_keyfile_password
+    tls = uvicorn_ssl_options(
+        settings.tls_certfile, settings.tls_keyfile, password.get_secret_value() if password else None
+    )
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -183,4 +190,5 @@ def serve(host: str | None = None, port: int | None = None) -> None:
         log_level="info",
         access_log=settings.access_log,
         timeout_graceful_shutdown=10,
+        **tls,  # type: ignore[arg-type]
     )

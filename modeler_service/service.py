@@ -55,6 +55,7 @@ from shared.client import CuratorClient, CuratorError, ReleaseIntegrityError, np
 from shared.gp import Hyperparameters
 from shared.schemas import QueryPublic
 from shared.strategies import GPUCB, random_initial_indices
+from shared.tls import client_ssl_context
 
 log = logging.getLogger("pobo.modeler")
 
@@ -159,8 +160,18 @@ class Context:
 
 
 def default_client_factory(settings: Settings) -> ClientFactory:
+    # One verifying TLS context for every study: the curator's CA bundle (or the system trust store), plus
+    # the modeler's client certificate when mutual TLS is configured. Only used for https:// curator URLs.
+    context = client_ssl_context(
+        settings.curator_ca_bundle,
+        client_cert=settings.curator_client_cert,
+        client_key=settings.curator_client_key,
+    )
+
     def factory(url: str, token: str) -> CuratorClient:
-        return CuratorClient(url, token, timeout=settings.curator_timeout, retries=settings.curator_retries)
+        return CuratorClient(
+            url, token, timeout=settings.curator_timeout, retries=settings.curator_retries, verify=context
+        )
 
     return factory
 

@@ -89,6 +89,74 @@ def bench_service(
     run(json_path=json_path, n=n, iterations=iterations, studies=studies)
 
 
+@app.command("reconcile")
+def reconcile_cmd(
+    curator: Annotated[str, typer.Option("--curator", help="Curator base URL, e.g. https://curator:8001")],
+    modeler: Annotated[str, typer.Option("--modeler", help="Modeler base URL, e.g. https://modeler:8002")],
+    study: Annotated[str, typer.Option("--study", help="Study id (on the modeler).")],
+    curator_token: Annotated[
+        str,
+        typer.Option(
+            envvar="POBO_CURATOR_TOKEN",
+            help="Curator token: the admin token, or the study's partner token. Env POBO_CURATOR_TOKEN.",
+        ),
+    ],
+    modeler_token: Annotated[
+        str, typer.Option(envvar="POBO_MODELER_TOKEN", help="Modeler API token. Env POBO_MODELER_TOKEN.")
+    ],
+    ca_bundle: Annotated[
+        Path | None, typer.Option(help="PEM bundle to verify HTTPS certificates (default: system store).")
+    ] = None,
+) -> None:
+    """Compare a study's audit log (modeler) with the curator's query log; print every mismatch.
+
+    Exit status 0 when both hash chains verify and every query matches (id, row index, y), 1 otherwise.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from shared.reconcile import reconcile
+
+    report = reconcile(
+        curator_url=curator,
+        curator_token=curator_token,
+        modeler_url=modeler,
+        modeler_token=modeler_token,
+        study_id=study,
+        verify=ca_bundle if ca_bundle is not None else True,
+    )
+    console = Console()
+    chains = (
+        f"modeler audit chain {'ok' if report.modeler_chain_ok else 'BROKEN'}, "
+        f"curator query chain {'ok' if report.curator_chain_ok else 'BROKEN'}"
+    )
+    if report.ok:
+        console.print(
+            f"[green]OK[/]: study {report.study_id} (release {report.release_id}): "
+            f"{report.modeler_entries} audit entries = {report.curator_entries} curator queries; {chains}"
+        )
+        return
+    table = Table(
+        title=f"study {report.study_id} (release {report.release_id}): {len(report.mismatches)} mismatch(es)"
+    )
+    for column in ("query id", "iteration", "mismatch", "curator", "modeler"):
+        table.add_column(column)
+    for m in report.mismatches:
+        table.add_row(
+            "-" if m.query_id is None else str(m.query_id),
+            "-" if m.iteration is None else str(m.iteration),
+            m.kind,
+            m.curator,
+            m.modeler,
+        )
+    console.print(table)
+    console.print(
+        f"[red]MISMATCH[/]: {report.modeler_entries} audit entries, "
+        f"{report.curator_entries} curator queries; {chains}"
+    )
+    raise typer.Exit(1)
+
+
 @app.command("demo")
 def demo(
     output: Annotated[Path, typer.Option(help="Where the plot and the audit CSV go.")] = Path(

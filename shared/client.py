@@ -26,6 +26,9 @@ Behaviour shared by every call:
   result) are only retried when the connection could not be opened (the request never left).
 * **Errors**: any 4xx/5xx answer raises :class:`CuratorError` with ``.status_code`` and the curator's own
   ``.detail`` message; an unreachable curator raises :class:`CuratorUnavailable` (``status_code`` None).
+* **TLS**: ``https://`` certificates are always verified, against ``verify`` — a CA bundle path (PEM) or an
+  ``ssl.SSLContext`` (``shared.tls.client_ssl_context``) — or the system trust store by default. A
+  certificate that does not verify raises :class:`CuratorUnavailable` naming ``CERTIFICATE_VERIFY_FAILED``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import hashlib
 import io
 import json
 import os
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -66,6 +70,7 @@ from shared.schemas import (
     PartnersPublic,
     PrivacyReport,
     QueriesPublic,
+    QueryLogVerification,
     QueryPublic,
     ReleaseDetail,
     ReleasePublic,
@@ -248,6 +253,19 @@ def _should_retry(call: _Call) -> Callable[[BaseException], bool]:
     return predicate
 
 
+def _verify(verify: ssl.SSLContext | str | Path | bool) -> ssl.SSLContext | bool:
+    """``verify`` of the clients: an ``ssl.SSLContext``, a CA bundle path (PEM), or True (system trust store).
+
+    ``False`` switches certificate verification off; it is accepted only because it must be asked for
+    explicitly (never a default), for a throwaway test setup.
+    """
+    if isinstance(verify, bool | ssl.SSLContext):
+        return verify
+    from shared.tls import client_ssl_context
+
+    return client_ssl_context(verify)
+
+
 class _Base:
     """Configuration and call builders shared by the sync and the async client (no I/O here)."""
 
@@ -420,12 +438,17 @@ class CuratorClient(_Base):
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | str | Path | bool = True,
     ) -> None:
         super().__init__(
             base_url, token, timeout=timeout, retries=retries, backoff=backoff, max_backoff=max_backoff
         )
         self._http = httpx.Client(
-            base_url=self.base_url, headers=self._headers(), timeout=self._timeout(), transport=transport
+            base_url=self.base_url,
+            headers=self._headers(),
+            timeout=self._timeout(),
+            transport=transport,
+            verify=_verify(verify),
         )
 
     def close(self) -> None:
@@ -680,6 +703,12 @@ class CuratorClient(_Base):
             self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries"))
         )
 
+    def verify_queries(self, release_id: int) -> QueryLogVerification:
+        """Check the release's query-log hash chain on the curator (admin, or the granted partner)."""
+        return QueryLogVerification.model_validate(
+            self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries/verify"))
+        )
+
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Escape hatch for endpoints without a method here: decoded JSON, same retries and errors."""
         idempotent = method.upper() == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
@@ -707,12 +736,17 @@ class AsyncCuratorClient(_Base):
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: ssl.SSLContext | str | Path | bool = True,
     ) -> None:
         super().__init__(
             base_url, token, timeout=timeout, retries=retries, backoff=backoff, max_backoff=max_backoff
         )
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=self._headers(), timeout=self._timeout(), transport=transport
+            base_url=self.base_url,
+            headers=self._headers(),
+            timeout=self._timeout(),
+            transport=transport,
+            verify=_verify(verify),
         )
 
     async def aclose(self) -> None:
@@ -932,6 +966,10 @@ class AsyncCuratorClient(_Base):
     async def list_queries(self, release_id: int) -> QueriesPublic:
         data = await self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries"))
         return QueriesPublic.model_validate(data)
+
+    async def verify_queries(self, release_id: int) -> QueryLogVerification:
+        data = await self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries/verify"))
+        return QueryLogVerification.model_validate(data)
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         idempotent = method.upper() == "GET" or "Idempotency-Key" in kwargs.get("headers", {})

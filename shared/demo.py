@@ -21,6 +21,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -63,10 +64,20 @@ class ServiceProcess:
     """
 
     def __init__(
-        self, kind: Kind, *, port: int, env: Mapping[str, str], log_path: Path, host: str = "127.0.0.1"
+        self,
+        kind: Kind,
+        *,
+        port: int,
+        env: Mapping[str, str],
+        log_path: Path,
+        host: str = "127.0.0.1",
+        scheme: Literal["http", "https"] = "http",
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.kind = kind
         self.host = host
+        self.scheme = scheme  # "https" when env carries the service's TLS_CERTFILE / TLS_KEYFILE settings
+        self.verify = verify  # how wait_healthy checks the service's certificate (https only)
         self.port = port
         self.env = dict(env)
         self.log_path = log_path
@@ -74,7 +85,7 @@ class ServiceProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self) -> ServiceProcess:
         cmd = [
@@ -104,7 +115,7 @@ class ServiceProcess:
         """Poll ``GET /healthz`` until 200; raise (with the log's tail) if the process dies or times out."""
         assert self.proc is not None, "start() first"
         deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0) as http:
+        with httpx.Client(timeout=2.0, verify=self.verify) as http:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(

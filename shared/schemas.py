@@ -258,6 +258,15 @@ class QueriesPublic(BaseModel):
     count: int
 
 
+class QueryLogVerification(BaseModel):
+    """``GET /v1/releases/{id}/queries/verify``: the release's query-log hash chain checked end to end."""
+
+    ok: bool = Field(description="Every complete query is linked, in order, and the head matches.")
+    entries: int = Field(description="Links checked (complete queries of the release).")
+    first_bad_seq: int | None = Field(description="First chain position that does not check out, if any.")
+    head: str = Field(description="sha256 of the last link as stored with the release (hex).")
+
+
 class QueryResult(_Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"y": 0.731}]})
 

@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from curator_service import service
 from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, SessionDep
 from curator_service.schemas import QueriesPublic, QueryCreate, QueryPublic, QueryResult, query_public
+from shared.schemas import QueryLogVerification
 
 router = APIRouter(tags=["queries"])
 
@@ -71,6 +72,24 @@ def create_query(
 def list_queries(release_id: int, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
     queries = service.list_queries(session, principal, release_id)
     return QueriesPublic(queries=[query_public(q) for q in queries], count=len(queries))
+
+
+@router.get(
+    "/v1/releases/{release_id}/queries/verify",
+    response_model=QueryLogVerification,
+    summary="Verify the release's query-log hash chain (admin, or the granted partner)",
+    description="Each query joins its release's chain when its outcome is recorded: "
+    "`hash = sha256(prev_hash + canonical JSON of the query)`, with the release keeping the head (count and "
+    "last hash). Any edited, deleted, reordered or truncated entry makes `ok` false and names the first "
+    "bad position. Compare with the modeler's `GET /v1/studies/{id}/audit/verify`, or run "
+    "`pobo reconcile`.",
+    responses=_ERRORS,
+)
+def verify_queries(release_id: int, principal: PrincipalDep, session: SessionDep) -> QueryLogVerification:
+    result, head = service.verify_queries(session, principal, release_id)
+    return QueryLogVerification(
+        ok=result.ok, entries=result.entries, first_bad_seq=result.first_bad_seq, head=head
+    )
 
 
 @router.get(

@@ -1,0 +1,90 @@
+"""The curator's query log as a hash chain (one chain per release), mirroring the modeler's audit log.
+
+A query joins its release's chain when its outcome is recorded (``column`` outcomes at once, ``manual`` ones
+when the operator posts the value), in that same transaction: the release row is locked (PostgreSQL
+``SELECT ... FOR UPDATE``; SQLite's write transaction is exclusive already), the link is
+``hash = sha256(prev_hash + canonical_json(payload))`` (``shared.hashchain``) and the release keeps the head
+(count and last hash), so edited, deleted, reordered or truncated entries are all detected by
+:func:`verify_release_chain`. Pending queries are not in the chain yet; their existence is on record in the
+queries table (committed before evaluation) and in the access log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from curator_service.models import Query, Release
+from shared.hashchain import ChainLink, Verification, link_hash, verify_links
+
+__all__ = ["append_to_chain", "query_payload", "verify_release_chain"]
+
+
+def query_payload(query: Any, seq: int) -> dict[str, Any]:
+    """Every field a link covers (a ``Query`` or a row with the same attribute names)."""
+    return {
+        "seq": int(seq),
+        "query_id": int(query.id),
+        "release_id": int(query.release_id),
+        "partner_id": int(query.partner_id),
+        "index": int(query.row_index),
+        "status": str(query.status),
+        "y": None if query.y is None else float(query.y),
+        "idempotency_key": query.idempotency_key,
+        "created_at": query.created_at,
+        "completed_at": query.completed_at,
+    }
+
+
+def append_to_chain(session: Session, query_id: int) -> None:
+    """Link a just-completed query into its release's chain (call inside the completing transaction)."""
+    query = session.execute(
+        select(Query).where(Query.id == query_id).execution_options(populate_existing=True)
+    ).scalar_one()
+    release = session.execute(
+        select(Release)
+        .where(Release.id == query.release_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).scalar_one()
+    seq = int(release.chain_count) + 1
+    prev = release.chain_head
+    digest = link_hash(prev, query_payload(query, seq))
+    session.execute(
+        update(Query)
+        .where(Query.id == query_id)
+        .values(chain_seq=seq, prev_hash=prev, hash=digest)
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(
+        update(Release)
+        .where(Release.id == release.id)
+        .values(chain_count=seq, chain_head=digest)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def verify_release_chain(session: Session, release_id: int) -> tuple[Verification, str]:
+    """Check a release's query chain; returns the verification and the stored head hash."""
+    release = session.execute(
+        select(Release).where(Release.id == release_id).execution_options(populate_existing=True)
+    ).scalar_one()
+    rows = session.scalars(
+        select(Query)
+        .where(Query.release_id == release_id, (Query.chain_seq.is_not(None)) | (Query.status == "complete"))
+        .order_by(Query.chain_seq.is_(None), Query.chain_seq, Query.id)
+        .execution_options(populate_existing=True)
+    ).all()
+    links = [
+        ChainLink(
+            seq=q.chain_seq,
+            prev_hash=q.prev_hash,
+            hash=q.hash,
+            payload=query_payload(q, q.chain_seq if q.chain_seq is not None else 0),
+        )
+        for q in rows
+    ]
+    result = verify_links(links, expected_count=int(release.chain_count), expected_head=release.chain_head)
+    return result, release.chain_head

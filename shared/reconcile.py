@@ -1,0 +1,145 @@
+"""``pobo reconcile``: compare the modeler's audit log of a study with the curator's query log.
+
+Both logs are hash chains (the modeler's per study, the curator's per release); each side's chain is
+verified by its own service, then the entries are matched by curator query id. The study's queries on the
+curator are those whose ``Idempotency-Key`` is ``<study id>:<iteration>`` (the key the modeler sends), so
+other studies on the same release do not count as mismatches. Every difference is listed: a query only one
+side knows, a different row index, a different outcome y, a query not complete on the curator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from shared.client import CuratorClient
+from shared.tls import client_ssl_context
+
+__all__ = ["Mismatch", "ReconcileReport", "reconcile"]
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    query_id: int | None
+    iteration: int | None
+    kind: str
+    curator: str
+    modeler: str
+
+
+@dataclass
+class ReconcileReport:
+    study_id: str
+    release_id: int
+    modeler_entries: int
+    curator_entries: int
+    modeler_chain_ok: bool
+    curator_chain_ok: bool
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.modeler_chain_ok and self.curator_chain_ok and not self.mismatches
+
+
+def _same_y(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def reconcile(
+    *,
+    curator_url: str,
+    curator_token: str,
+    modeler_url: str,
+    modeler_token: str,
+    study_id: str,
+    verify: Any = True,
+) -> ReconcileReport:
+    """Fetch both logs and both chain verifications and compare them entry by entry."""
+    http_verify = client_ssl_context(verify) if isinstance(verify, (str, Path)) else verify
+    with httpx.Client(
+        base_url=modeler_url,
+        headers={"Authorization": f"Bearer {modeler_token}"},
+        timeout=60,
+        verify=http_verify,
+    ) as modeler:
+        study = _ok(modeler.get(f"/v1/studies/{study_id}")).json()
+        audit = _ok(modeler.get(f"/v1/studies/{study_id}/audit")).json()["entries"]
+        modeler_verify = _ok(modeler.get(f"/v1/studies/{study_id}/audit/verify")).json()
+    release_id = int(study["release_id"])
+    with CuratorClient(curator_url, curator_token, verify=verify) as curator:
+        queries = curator.list_queries(release_id).queries
+        curator_verify = curator.verify_queries(release_id)
+    prefix = f"{study_id}:"
+    ours = {q.id: q for q in queries if (q.idempotency_key or "").startswith(prefix)}
+    report = ReconcileReport(
+        study_id=study_id,
+        release_id=release_id,
+        modeler_entries=len(audit),
+        curator_entries=len(ours),
+        modeler_chain_ok=bool(modeler_verify["ok"]),
+        curator_chain_ok=curator_verify.ok,
+    )
+    if not report.modeler_chain_ok:
+        report.mismatches.append(
+            Mismatch(
+                None,
+                None,
+                "modeler audit chain broken",
+                "",
+                f"first bad seq {modeler_verify['first_bad_seq']}",
+            )
+        )
+    if not report.curator_chain_ok:
+        report.mismatches.append(
+            Mismatch(
+                None, None, "curator query chain broken", f"first bad seq {curator_verify.first_bad_seq}", ""
+            )
+        )
+    seen: set[int] = set()
+    for entry in audit:
+        qid, iteration = int(entry["curator_query_id"]), int(entry["iteration"])
+        seen.add(qid)
+        q = ours.get(qid)
+        here = f"index {entry['index']}, y {entry['y']!r}"
+        if q is None:
+            report.mismatches.append(Mismatch(qid, iteration, "only in the modeler's audit", "-", here))
+            continue
+        there = f"index {q.index}, y {q.y!r}, {q.status}"
+        if q.status != "complete":
+            report.mismatches.append(Mismatch(qid, iteration, "not complete at the curator", there, here))
+        elif q.index != int(entry["index"]):
+            report.mismatches.append(Mismatch(qid, iteration, "row index differs", there, here))
+        elif not _same_y(q.y, float(entry["y"])):
+            report.mismatches.append(Mismatch(qid, iteration, "outcome y differs", there, here))
+    for qid, q in ours.items():
+        if qid not in seen and q.status == "complete":
+            iteration = _iteration(q.idempotency_key, prefix)
+            there = f"index {q.index}, y {q.y!r}, {q.status}"
+            report.mismatches.append(Mismatch(qid, iteration, "only in the curator's log", there, "-"))
+    return report
+
+
+def _iteration(key: str | None, prefix: str) -> int | None:
+    try:
+        return int((key or "")[len(prefix) :])
+    except ValueError:
+        return None
+
+
+def _ok(response: httpx.Response) -> httpx.Response:
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise RuntimeError(
+            f"modeler answered {response.status_code} on {response.request.url.path}: {detail}"
+        )
+    return response
