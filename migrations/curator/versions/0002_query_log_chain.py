@@ -85,9 +85,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("curator_releases", schema=None) as batch_op:
-        batch_op.drop_column("chain_head")
-        batch_op.drop_column("chain_count")
+    # Plain DROP COLUMN (SQLite >= 3.35 has it): a batch "move and copy" of curator_releases would drop a
+    # table that curator_queries references, which SQLite's enforced foreign keys refuse.
+    op.drop_column("curator_releases", "chain_head")
+    op.drop_column("curator_releases", "chain_count")
     with op.batch_alter_table("curator_queries", schema=None) as batch_op:
         batch_op.drop_constraint(batch_op.f("uq_curator_queries_release_id_chain_seq"), type_="unique")
         batch_op.drop_column("hash")
