@@ -72,8 +72,9 @@ class StudyCreate(BaseModel):
         default=None,
         ge=0,
         le=2**63 - 1,
-        description="Seed of the random initial rows (reproducibility); default: fresh OS entropy. Stored, "
-        "never sent to the curator, never shown.",
+        description="For benchmarks and tests only: seed of the modeler's own random initial rows "
+        "(reproducibility). Leave unset in real studies (default: fresh OS entropy). Stored by the modeler, "
+        "never sent to the curator, never shown; it has no effect on the curator's release or noise.",
     )
     exclude_queried: bool = Field(default=True, description="Never suggest a row twice.")
 

@@ -110,22 +110,29 @@ def reconcile_cmd(
 ) -> None:
     """Compare a study's audit log (modeler) with the curator's query log; print every mismatch.
 
-    Exit status 0 when both hash chains verify and every query matches (id, row index, y), 1 otherwise.
+    Exit status 0 when both hash chains verify and every query matches (id, row index, y), 1 otherwise,
+    2 when either service could not be asked (unreachable, wrong token, unknown study).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    from shared.errors import PoboError
     from shared.reconcile import reconcile
 
-    report = reconcile(
-        curator_url=curator,
-        curator_token=curator_token,
-        modeler_url=modeler,
-        modeler_token=modeler_token,
-        study_id=study,
-        verify=ca_bundle if ca_bundle is not None else True,
-    )
     console = Console()
+    try:
+        report = reconcile(
+            curator_url=curator,
+            curator_token=curator_token,
+            modeler_url=modeler,
+            modeler_token=modeler_token,
+            study_id=study,
+            verify=ca_bundle if ca_bundle is not None else True,
+        )
+    except PoboError as exc:  # CuratorError, ModelerError: the message names the side and its answer
+        console.print(f"[red]cannot reconcile[/]: {escape(str(exc))}")
+        raise typer.Exit(2) from None
     chains = (
         f"modeler audit chain {'ok' if report.modeler_chain_ok else 'BROKEN'}, "
         f"curator query chain {'ok' if report.curator_chain_ok else 'BROKEN'}"

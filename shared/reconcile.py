@@ -17,9 +17,14 @@ from typing import Any
 import httpx
 
 from shared.client import CuratorClient
+from shared.errors import PoboError
 from shared.tls import client_ssl_context
 
-__all__ = ["Mismatch", "ReconcileReport", "reconcile"]
+__all__ = ["Mismatch", "ModelerError", "ReconcileReport", "reconcile"]
+
+
+class ModelerError(PoboError):
+    """The modeler answered with an error or could not be reached (the message says which and why)."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +74,9 @@ def reconcile(
         timeout=60,
         verify=http_verify,
     ) as modeler:
-        study = _ok(modeler.get(f"/v1/studies/{study_id}")).json()
-        audit = _ok(modeler.get(f"/v1/studies/{study_id}/audit")).json()["entries"]
-        modeler_verify = _ok(modeler.get(f"/v1/studies/{study_id}/audit/verify")).json()
+        study = _get(modeler, f"/v1/studies/{study_id}")
+        audit = _get(modeler, f"/v1/studies/{study_id}/audit")["entries"]
+        modeler_verify = _get(modeler, f"/v1/studies/{study_id}/audit/verify")
     release_id = int(study["release_id"])
     with CuratorClient(curator_url, curator_token, verify=verify) as curator:
         queries = curator.list_queries(release_id).queries
@@ -120,9 +125,9 @@ def reconcile(
             report.mismatches.append(Mismatch(qid, iteration, "outcome y differs", there, here))
     for qid, q in ours.items():
         if qid not in seen and q.status == "complete":
-            iteration = _iteration(q.idempotency_key, prefix)
+            at = _iteration(q.idempotency_key, prefix)
             there = f"index {q.index}, y {q.y!r}, {q.status}"
-            report.mismatches.append(Mismatch(qid, iteration, "only in the curator's log", there, "-"))
+            report.mismatches.append(Mismatch(qid, at, "only in the curator's log", there, "-"))
     return report
 
 
@@ -133,13 +138,16 @@ def _iteration(key: str | None, prefix: str) -> int | None:
         return None
 
 
-def _ok(response: httpx.Response) -> httpx.Response:
+def _get(modeler: httpx.Client, path: str) -> Any:
+    """GET a modeler resource as JSON; any failure becomes a :class:`ModelerError` with a readable message."""
+    try:
+        response = modeler.get(path)
+    except httpx.TransportError as exc:
+        raise ModelerError(f"modeler at {modeler.base_url} not reachable on GET {path}: {exc}") from exc
     if response.status_code >= 400:
         try:
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise RuntimeError(
-            f"modeler answered {response.status_code} on {response.request.url.path}: {detail}"
-        )
-    return response
+        raise ModelerError(f"modeler answered {response.status_code} to GET {path}: {detail}")
+    return response.json()

@@ -21,7 +21,9 @@ def _curator_engine(services: Services) -> Any:
     return create_engine(url)
 
 
-def _reconcile(services: Services, study_id: str, curator_token: str) -> Any:
+def _reconcile(
+    services: Services, study_id: str, curator_token: str, modeler_token: str | None = None
+) -> Any:
     return CliRunner().invoke(
         app,
         [
@@ -35,7 +37,7 @@ def _reconcile(services: Services, study_id: str, curator_token: str) -> Any:
         ],
         env={
             "POBO_CURATOR_TOKEN": curator_token,
-            "POBO_MODELER_TOKEN": services.modeler_token,
+            "POBO_MODELER_TOKEN": modeler_token or services.modeler_token,
             "COLUMNS": "200",
         },
     )
@@ -66,6 +68,17 @@ def test_query_chain_verifies_and_reconcile_finds_tampering(services: Services) 
         result = _reconcile(services, study["id"], token)
         assert result.exit_code == 0, result.output
         assert "OK" in result.output and "8 audit entries = 8 curator queries" in result.output
+
+    # A side that cannot be asked: exit 2 with that side's answer, no traceback, no token in the output.
+    for args, expected in (
+        ((study["id"], partner.token, "wrong-modeler-token"), "modeler answered 401"),
+        ((study["id"], "wrong-curator-token"), "curator answered 401"),
+        (("no-such-study", partner.token), "modeler answered 404"),
+    ):
+        result = _reconcile(services, *args)
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "Traceback" not in result.output
+        assert "wrong-modeler-token" not in result.output and "wrong-curator-token" not in result.output
 
     # Tamper with the curator's record of the third answer (as a rogue DBA could).
     engine = _curator_engine(services)
@@ -98,6 +111,28 @@ def test_query_chain_verifies_and_reconcile_finds_tampering(services: Services) 
     assert not truncated.ok and truncated.first_bad_seq == 8
     result = _reconcile(services, study["id"], services.admin_token)
     assert result.exit_code == 1 and "only in the modeler's audit" in result.output
+
+    # The modeler's side: drop its fifth audit entry; its chain breaks there, the curator's query is alone.
+    modeler_url = services.modeler_db
+    if modeler_url is None:
+        (modeler_file,) = (services.tmp / "modeler").glob("*.db")
+        modeler_url = f"sqlite:///{modeler_file}"
+    engine = create_engine(modeler_url)
+    with engine.begin() as conn:
+        fifth = conn.execute(
+            text("SELECT curator_query_id FROM modeler_audit_entries WHERE study_id = :s AND seq = 5"),
+            {"s": study["id"]},
+        ).scalar_one()
+        conn.execute(
+            text("DELETE FROM modeler_audit_entries WHERE study_id = :s AND seq = 5"), {"s": study["id"]}
+        )
+    engine.dispose()
+    with services.modeler_http() as http:
+        audit_verify = http.get(f"/v1/studies/{study['id']}/audit/verify").json()
+    assert audit_verify["ok"] is False and audit_verify["first_bad_seq"] == 5
+    result = _reconcile(services, study["id"], services.admin_token)
+    assert result.exit_code == 1 and "modeler audit chain broken" in result.output
+    assert "only in the curator's log" in result.output and str(fifth) in result.output
 
 
 def admin_ok(services: Services, release_id: int) -> bool:
