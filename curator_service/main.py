@@ -328,7 +328,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         AuthThrottle, max_failures=settings.auth_max_failures, window_seconds=settings.auth_window_seconds
     )
+    _document_validation_errors(app)
     return app
+
+
+def _document_validation_errors(app: FastAPI) -> None:
+    """Make the schema's 422 body the one the handler sends: ``{"detail": str, "errors": [...]}``."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("schemas", {})["HTTPValidationError"] = {
+                "title": "HTTPValidationError",
+                "type": "object",
+                "required": ["detail"],
+                "properties": {
+                    "detail": {"type": "string", "description": "What is wrong, for a person to act on."},
+                    "errors": {
+                        "type": "array",
+                        "items": {"type": "object"},
+                        "description": "Each invalid field: loc, msg, type (the input is never echoed).",
+                    },
+                },
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _exit_cleanly(_signum: int, _frame: object) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -59,6 +59,17 @@ class _Request(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------- datasets
+
+
+#: Bounds of a release's epsilon: below EPSILON_MIN omega = 16 sqrt(r) ln(2/delta) ln(16 r/delta) / epsilon
+#: stops being a finite float64 for tiny delta; above EPSILON_MAX there is no privacy left to speak of.
+EPSILON_MIN = 1e-6
+EPSILON_MAX = 1e6
+#: Database ids and row indices are 32-bit integers (PostgreSQL INTEGER).
+ID_MAX = 2**31 - 1
+RowId = Annotated[int, Field(ge=1, le=ID_MAX)]
+#: Smallest delta: below it 2/delta (inside omega's logarithms) overflows float64.
+DELTA_MIN = 1e-300
 
 
 class ScalingInfo(BaseModel):
@@ -141,8 +152,15 @@ class ReleaseCreate(_Request):
         json_schema_extra={"examples": [{"epsilon": 1.0, "delta": 1e-4, "r": 15, "lift": "auto"}]},
     )
 
-    epsilon: float = Field(gt=0, allow_inf_nan=False, description="Privacy parameter epsilon > 0.")
-    delta: float = Field(gt=0, lt=1, description="Privacy parameter delta in (0, 1).")
+    epsilon: float = Field(
+        ge=EPSILON_MIN,
+        le=EPSILON_MAX,
+        allow_inf_nan=False,
+        description=f"Privacy parameter epsilon in [{EPSILON_MIN:g}, {EPSILON_MAX:g}].",
+    )
+    delta: float = Field(
+        ge=DELTA_MIN, lt=1, description=f"Privacy parameter delta in [{DELTA_MIN:g}, 1)."
+    )
     r: int = Field(ge=1, le=10_000, description="Dimension of the released rows.")
     lift: LiftMode = Field(
         default="auto",
@@ -197,7 +215,9 @@ class PartnerCreate(_Request):
     )
 
     name: str = Field(min_length=1, max_length=200)
-    release_ids: list[int] = Field(default_factory=list, description="Releases this partner may read.")
+    release_ids: list[RowId] = Field(
+        default_factory=list, max_length=1000, description="Releases this partner may read."
+    )
     max_queries: int = Field(ge=0, le=10**9, description="Query quota over all granted releases.")
 
 
@@ -229,7 +249,7 @@ class PartnersPublic(BaseModel):
 class GrantCreate(_Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"release_ids": [2, 3]}]})
 
-    release_ids: list[int] = Field(min_length=1)
+    release_ids: list[RowId] = Field(min_length=1, max_length=1000)
 
 
 # ---------------------------------------------------------------------------------------------- queries
@@ -238,7 +258,7 @@ class GrantCreate(_Request):
 class QueryCreate(_Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"index": 42}]})
 
-    index: int = Field(ge=0, description="Row index (0-based) into the release.")
+    index: int = Field(ge=0, le=ID_MAX, description="Row index (0-based) into the release.")
 
 
 class QueryPublic(BaseModel):

@@ -23,8 +23,12 @@ def access_log(
     _admin: AdminDep,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    partner_id: Annotated[int | None, Query(description="Only this partner's requests.")] = None,
-    after_id: Annotated[int | None, Query(description="Only entries with a larger id (paging).")] = None,
+    partner_id: Annotated[
+        int | None, Query(ge=-(2**31), le=2**31 - 1, description="Only this partner's requests.")
+    ] = None,
+    after_id: Annotated[
+        int | None, Query(ge=-(2**31), le=2**31 - 1, description="Only entries with a larger id (paging).")
+    ] = None,
 ) -> AccessLogPublic:
     entries = service.access_log(session, limit=limit, partner_id=partner_id, after_id=after_id)
     return AccessLogPublic(entries=[access_entry(e) for e in entries], count=len(entries))

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, File, Form, Query, UploadFile
 
 from curator_service import service
-from curator_service.api.deps import AdminDep, ComponentsDep, SessionDep
+from curator_service.api.deps import AdminDep, ComponentsDep, RowId, SessionDep
 from curator_service.schemas import (
     DatasetPublic,
     DatasetsPublic,
@@ -16,6 +16,7 @@ from curator_service.schemas import (
     dataset_public,
     ledger_entry_public,
 )
+from shared.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN
 
 router = APIRouter(tags=["datasets"])
 
@@ -119,7 +120,7 @@ def list_datasets(_admin: AdminDep, session: SessionDep) -> DatasetsPublic:
     summary="One dataset's metadata (never row data)",
     responses={**_ERRORS, 404: {"description": "No such dataset."}},
 )
-def get_dataset(dataset_id: int, _admin: AdminDep, session: SessionDep) -> DatasetPublic:
+def get_dataset(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> DatasetPublic:
     dataset = service.get_dataset(session, dataset_id)
     return dataset_public(dataset, service.spent(session, dataset_id))
 
@@ -134,12 +135,17 @@ def get_dataset(dataset_id: int, _admin: AdminDep, session: SessionDep) -> Datas
     responses={**_ERRORS, 404: {"description": "No such dataset."}},
 )
 def privacy(
-    dataset_id: int,
+    dataset_id: RowId,
     _admin: AdminDep,
     session: SessionDep,
     components: ComponentsDep,
-    epsilon: Annotated[float, Query(gt=0, description="epsilon of the release you plan.", examples=[1.0])],
-    delta: Annotated[float, Query(gt=0, lt=1, description="delta of the release you plan.", examples=[1e-4])],
+    epsilon: Annotated[
+        float,
+        Query(ge=EPSILON_MIN, le=EPSILON_MAX, description="epsilon of the release you plan.", examples=[1.0]),
+    ],
+    delta: Annotated[
+        float, Query(ge=DELTA_MIN, lt=1, description="delta of the release you plan.", examples=[1e-4])
+    ],
     r_max: Annotated[int, Query(ge=1, le=10_000, description="Largest r in the table.")] = 100,
 ) -> PrivacyReport:
     return service.privacy_report(
@@ -153,7 +159,7 @@ def privacy(
     summary="The dataset's privacy ledger (basic composition)",
     responses={**_ERRORS, 404: {"description": "No such dataset."}},
 )
-def ledger(dataset_id: int, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
+def ledger(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
     dataset = service.get_dataset(session, dataset_id)
     entries = service.ledger(session, dataset_id)
     eps, delta = service.spent(session, dataset_id)

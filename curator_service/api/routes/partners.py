@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from curator_service import service
-from curator_service.api.deps import AdminDep, PartnerDep, SessionDep
+from curator_service.api.deps import AdminDep, PartnerDep, RowId, SessionDep
 from curator_service.schemas import (
     GrantCreate,
     PartnerCreate,
@@ -69,7 +69,7 @@ def me(partner: PartnerDep, session: SessionDep) -> PartnerPublic:
     summary="One partner",
     responses={**_ERRORS, 404: {"description": "No such partner."}},
 )
-def get_partner(partner_id: int, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
+def get_partner(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
     p = service.get_partner(session, partner_id)
     return partner_public(p, service.granted(session, p.id))
 
@@ -84,7 +84,7 @@ def get_partner(partner_id: int, _admin: AdminDep, session: SessionDep) -> Partn
         422: {"description": "Unknown release ids."},
     },
 )
-def add_grants(partner_id: int, body: GrantCreate, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
+def add_grants(partner_id: RowId, body: GrantCreate, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
     p = service.grant(session, partner_id, body.release_ids)
     return partner_public(p, service.granted(session, p.id))
 
@@ -95,6 +95,6 @@ def add_grants(partner_id: int, body: GrantCreate, _admin: AdminDep, session: Se
     summary="Revoke a partner's token (it answers 401 from now on; its history is kept)",
     responses={**_ERRORS, 404: {"description": "No such partner."}},
 )
-def revoke(partner_id: int, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
+def revoke(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
     p = service.revoke(session, partner_id)
     return partner_public(p, service.granted(session, p.id))

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from curator_service import service
-from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, SessionDep
+from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, RowId, SessionDep
 from curator_service.schemas import QueriesPublic, QueryCreate, QueryPublic, QueryResult, query_public
 from shared.schemas import QueryLogVerification
 
@@ -42,7 +42,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     },
 )
 def create_query(
-    release_id: int,
+    release_id: RowId,
     body: QueryCreate,
     partner: PartnerDep,
     session: SessionDep,
@@ -69,7 +69,7 @@ def create_query(
     summary="Queries of a release in creation order (admin: all; partner: its own)",
     responses=_ERRORS,
 )
-def list_queries(release_id: int, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
+def list_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
     queries = service.list_queries(session, principal, release_id)
     return QueriesPublic(queries=[query_public(q) for q in queries], count=len(queries))
 
@@ -85,7 +85,7 @@ def list_queries(release_id: int, principal: PrincipalDep, session: SessionDep) 
     "`pobo reconcile`.",
     responses=_ERRORS,
 )
-def verify_queries(release_id: int, principal: PrincipalDep, session: SessionDep) -> QueryLogVerification:
+def verify_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> QueryLogVerification:
     result, head = service.verify_queries(session, principal, release_id)
     return QueryLogVerification(
         ok=result.ok, entries=result.entries, first_bad_seq=result.first_bad_seq, head=head
@@ -99,7 +99,7 @@ def verify_queries(release_id: int, principal: PrincipalDep, session: SessionDep
     responses=_ERRORS,
 )
 async def get_query(
-    query_id: int,
+    query_id: RowId,
     principal: PrincipalDep,
     components: ComponentsDep,
     wait: Annotated[
@@ -123,5 +123,5 @@ async def get_query(
     summary="Post the measured outcome of a pending `manual` query (admin)",
     responses={**_ERRORS, 409: {"description": "Already complete, or not a manual dataset."}},
 )
-def post_result(query_id: int, body: QueryResult, _admin: AdminDep, session: SessionDep) -> QueryPublic:
+def post_result(query_id: RowId, body: QueryResult, _admin: AdminDep, session: SessionDep) -> QueryPublic:
     return query_public(service.post_result(session, query_id, body.y))

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, Response
 
 from curator_service import service
-from curator_service.api.deps import AdminDep, ComponentsDep, PrincipalDep, SessionDep
+from curator_service.api.deps import AdminDep, ComponentsDep, PrincipalDep, RowId, SessionDep
 from curator_service.schemas import (
     ReleaseCreate,
     ReleaseDetail,
@@ -41,7 +41,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     responses={**_ERRORS, 409: {"description": "The dataset's privacy budget would be exceeded."}},
 )
 def create_release(
-    dataset_id: int, body: ReleaseCreate, _admin: AdminDep, components: ComponentsDep
+    dataset_id: RowId, body: ReleaseCreate, _admin: AdminDep, components: ComponentsDep
 ) -> ReleaseDetail:
     # A sync route: FastAPI runs it in a worker thread, so the projection never blocks the event loop.
     release = service.create_release(components.db, components.store, dataset_id, body)
@@ -54,7 +54,7 @@ def create_release(
     summary="Releases of one dataset (admin)",
     responses=_ERRORS,
 )
-def list_dataset_releases(dataset_id: int, principal: AdminDep, session: SessionDep) -> ReleasesPublic:
+def list_dataset_releases(dataset_id: RowId, principal: AdminDep, session: SessionDep) -> ReleasesPublic:
     releases = service.list_releases(session, principal, dataset_id)
     return ReleasesPublic(data=[release_detail(r) for r in releases], count=len(releases))
 
@@ -78,7 +78,7 @@ def list_releases(principal: PrincipalDep, session: SessionDep) -> ReleasesPubli
     responses=_ERRORS,
 )
 def get_release(
-    release_id: int, principal: PrincipalDep, session: SessionDep
+    release_id: RowId, principal: PrincipalDep, session: SessionDep
 ) -> ReleaseDetail | ReleasePublic:
     release = service.get_release(session, principal, release_id)
     return release_detail(release) if principal.is_admin else release_public(release)
@@ -110,7 +110,7 @@ def _wants_npy(accept: str | None, fmt: str | None) -> bool:
     },
 )
 def release_rows(
-    release_id: int,
+    release_id: RowId,
     principal: PrincipalDep,
     session: SessionDep,
     components: ComponentsDep,
