@@ -155,7 +155,16 @@ def create_app(settings: Settings | None = None, *, client_factory: ClientFactor
     app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
     install_error_handlers(app)
     app.include_router(health.router)
-    app.include_router(studies.router, dependencies=[TokenDep])
+    app.include_router(
+        studies.router,
+        dependencies=[TokenDep],
+        responses={
+            401: {"description": "Missing or invalid bearer token."},
+            413: {"description": "Request body over the limit (setting MAX_JSON_BYTES)."},
+            429: {"description": "Too many invalid tokens from this client; see Retry-After."},
+            503: {"description": "The database is unavailable; retry after Retry-After seconds."},
+        },
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
     if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
         app.add_middleware(
@@ -167,7 +176,35 @@ def create_app(settings: Settings | None = None, *, client_factory: ClientFactor
     app.add_middleware(
         AuthThrottle, max_failures=settings.auth_max_failures, window_seconds=settings.auth_window_seconds
     )
+    _document_422(app)
     return app
+
+
+def _document_422(app: FastAPI) -> None:
+    """A 422 body is ``{"detail": [field errors]}`` (request validation) or ``{"detail": "<message>"}``
+    (a well-formed request refused on meaning, e.g. a curator token the curator refuses)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("schemas", {})["HTTPValidationError"] = {
+                "title": "HTTPValidationError",
+                "type": "object",
+                "required": ["detail"],
+                "properties": {
+                    "detail": {
+                        "anyOf": [
+                            {"type": "string"},
+                            {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}},
+                        ]
+                    }
+                },
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def serve(host: str | None = None, port: int | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 StudyStatus = Literal["ready", "running", "awaiting_measurement", "done", "failed"]
 StrategyName = Literal["gp-ucb"]
@@ -50,15 +50,24 @@ class StudyCreate(BaseModel):
     curator_url: str = Field(
         min_length=8,
         max_length=2048,
-        pattern=r"^https?://\S+$",
-        description="Base URL of the curator service.",
+        # printable ASCII URL characters only (RFC 3986); an internationalised host goes in punycode
+        pattern=r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$",
+        description="Base URL of the curator service (http:// or https://, ASCII).",
     )
-    release_id: int = Field(ge=1, description="The curator release to optimise over.")
+    release_id: int = Field(ge=1, le=2**31 - 1, description="The curator release to optimise over.")
     curator_token: SecretStr = Field(
         min_length=1,
         max_length=4096,
         description="Partner token for the curator (stored encrypted, never echoed).",
     )
+
+    @field_validator("curator_token")
+    @classmethod
+    def _token_is_header_safe(cls, value: SecretStr) -> SecretStr:
+        token = value.get_secret_value()
+        if not all(0x21 <= ord(c) <= 0x7E for c in token):
+            raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
+        return value
     strategy: StrategyName = Field(default="gp-ucb", description="Optimisation strategy.")
     iterations: int = Field(ge=1, le=100_000, description="Query budget of the study (curator queries).")
     delta_prime: float = Field(default=0.05, gt=0, lt=1, description="GP-UCB confidence parameter delta'.")

@@ -177,10 +177,11 @@ def default_client_factory(settings: Settings) -> ClientFactory:
 
 
 def upstream(exc: CuratorError, what: str) -> Exception:
-    """A curator error as the modeler's own: its 4xx codes pass through, the rest is a 502."""
-    if exc.status_code in (401, 403):
-        return UpstreamError(
-            f"{what}: the curator refused the partner token ({exc.status_code}: {exc.detail})"
+    """A curator error as the modeler's own: refused token 422, other 4xx pass through, the rest 502."""
+    if exc.status_code in (401, 403):  # the caller's curator_token is wrong or revoked: a client error
+        return Unprocessable(
+            f"{what}: the curator refused the partner token ({exc.status_code}: {exc.detail}); "
+            "check the study's curator_token"
         )
     if exc.status_code == 404:
         return NotFound(f"{what}: not found at the curator ({exc.detail})")

@@ -135,7 +135,10 @@ async def test_lift_always_is_recorded(client: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        ({"epsilon": 0, "delta": 1e-5, "r": 2}, "body field 'epsilon': Input should be greater than or equal to 0.000001"),
+        (
+            {"epsilon": 0, "delta": 1e-5, "r": 2},
+            "body field 'epsilon': Input should be greater than or equal to 0.000001",
+        ),
         ({"epsilon": 1, "delta": 1, "r": 2}, "body field 'delta': Input should be less than 1"),
         ({"epsilon": 1, "delta": 1e-5, "r": 0}, "body field 'r': Input should be greater than or equal to 1"),
         (
