@@ -13,13 +13,11 @@ field of an entry changes its hash; deleting or reordering entries breaks the ``
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from modeler_service.models import GENESIS_HASH, AuditEntry
-from shared.hashchain import canonical, canonical_time
+from modeler_service.models import AuditEntry
+from shared.hashchain import ChainLink, Verification, canonical, canonical_time, link_hash, verify_links
 from shared.hashchain import canonical_json as canonical_json_of
 
 
@@ -53,36 +51,13 @@ def canonical_json(entry: AuditEntry) -> str:
 
 def entry_hash(prev_hash: str, entry: AuditEntry) -> str:
     """``sha256(prev_hash + canonical_json(entry))`` as hex."""
-    return hashlib.sha256((prev_hash + canonical_json(entry)).encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Verification:
-    ok: bool
-    entries: int
-    first_bad_seq: int | None
+    return link_hash(prev_hash, entry_payload(entry))
 
 
 def verify_chain(
     entries: list[AuditEntry], *, expected_count: int | None = None, expected_head: str | None = None
 ) -> Verification:
-    """Walk the entries in ``seq`` order and report the first position that does not check out.
-
-    Position k (1-based) is bad when the entry there does not carry ``seq == k`` (an entry was deleted or
-    renumbered), its ``prev_hash`` is not the previous entry's hash (deleted or reordered), or its ``hash``
-    does not match its content (edited). With the study's stored ``expected_count`` / ``expected_head``,
-    entries missing at the end are reported as the first missing ``seq``.
-    """
-    prev = GENESIS_HASH
-    for k, entry in enumerate(entries, start=1):
-        if entry.seq != k or entry.prev_hash != prev or entry_hash(entry.prev_hash, entry) != entry.hash:
-            return Verification(False, len(entries), k)
-        prev = entry.hash
-    count = len(entries)
-    if expected_count is not None and count < expected_count:
-        return Verification(False, count, count + 1)
-    if (expected_count is not None and count > expected_count) or (
-        expected_head is not None and prev != expected_head
-    ):
-        return Verification(False, count, max(count, 1))
-    return Verification(True, count, None)
+    """Walk the entries in ``seq`` order and report the first position that does not check out
+    (``shared.hashchain.verify_links``: renumbered, deleted, reordered, edited or truncated entries)."""
+    links = [ChainLink(e.seq, e.prev_hash, e.hash, entry_payload(e)) for e in entries]
+    return verify_links(links, expected_count=expected_count, expected_head=expected_head)

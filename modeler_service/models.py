@@ -36,6 +36,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from shared.hashchain import GENESIS_HASH  # the hash before the first audit entry of every study
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -43,9 +45,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-#: Hash that precedes the first audit entry of every study.
-GENESIS_HASH = "0" * 64
 
 
 def utcnow() -> datetime:
