@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         description="Processes parsing the chunks of a big CSV upload in parallel (1: the request thread).",
     )
     max_wait_seconds: float = Field(default=60.0, ge=0, description="Upper bound of ?wait= long-polls.")
+    orphan_min_age_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="At start-up, array files no database row refers to (a crash between writing a file "
+        "and committing its row) are deleted once this old. 0 is safe when one process owns the data dir.",
+    )
     max_json_bytes: int = Field(
         default=1 * 2**20, ge=1024, description="Largest body of any request but the CSV upload (413 beyond)."
     )

@@ -287,7 +287,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     db = Database(settings.resolved_database_url())
     db.migrate()
     store = ArrayStore(settings.data_dir)
-    service.sweep_orphans(db, store)
+    service.sweep_orphans(db, store, settings.orphan_min_age_seconds)
     service.recover_pending_queries(db, store)
     components = Components(
         settings=settings,

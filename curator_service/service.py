@@ -30,7 +30,7 @@ import numpy as np
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from curator_service import querylog
+from curator_service import faults, querylog
 from curator_service import repository as repo
 from curator_service.csvparse import ChunkParser, CsvStream, iter_values
 from curator_service.db import Database
@@ -474,6 +474,7 @@ def create_release(db: Database, store: ArrayStore, dataset_id: int, params: Rel
         )
         del X
         sha = store.save(relpath, result.Z)
+        faults.pause_point("release.after_file")  # crash tests: Z on disk, release row not yet committed
     except BaseException:
         store.delete(relpath)
         _cancel_reservation(db, entry_id)
@@ -701,6 +702,7 @@ def create_query(
         if existing is None:
             raise
         return _replay(session, store, existing, release_id, index), True
+    faults.pause_point("query.after_commit")  # crash tests: the query is on record, not yet answered
     return _settle(session, store, query), False
 
 
@@ -785,8 +787,9 @@ def recover_pending_queries(db: Database, store: ArrayStore) -> int:
     return len(ids)
 
 
-def sweep_orphans(db: Database, store: ArrayStore) -> int:
-    """Delete array files that no database row refers to (leftovers of a crash mid-write)."""
+def sweep_orphans(db: Database, store: ArrayStore, min_age_seconds: float = 3600.0) -> int:
+    """Delete array files that no database row refers to (leftovers of a crash mid-write) once they are
+    ``min_age_seconds`` old (younger ones may belong to a write still in flight in another process)."""
     with db.session(write=False) as session:
         referenced = repo.all_array_paths(session)
-    return store.sweep(referenced)
+    return store.sweep(referenced, min_age_seconds=min_age_seconds)

@@ -1,0 +1,106 @@
+"""SIGKILL the curator during a release and during a query's evaluation, then start it again (issue 5,
+item 2). Pause points (``POBO_CURATOR_FAULT_PAUSE``, testing only) hold the process at the worst moment:
+Z written but its release row not committed; a query committed (and charged) but not yet answered."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.demo import ServiceProcess, curator_env, free_port
+from tests.e2e.conftest import Services, write_csv
+
+pytestmark = pytest.mark.slow
+PAUSE = "release.after_file=120,query.after_commit=120"
+
+
+def _restart_curator(services: Services, **extra: str) -> ServiceProcess:
+    env = curator_env(services.tmp / "curator", services.admin_token, services.curator_db) | extra
+    services.curator = ServiceProcess(
+        "curator", port=free_port(), env=env, log_path=services.tmp / "curator.log"
+    )
+    services.curator.start().wait_healthy()
+    return services.curator
+
+
+def _in_background(call: Callable[[], Any]) -> threading.Thread:
+    def swallow() -> None:
+        try:
+            call()
+        except httpx.HTTPError:
+            pass  # the server is killed under this request
+
+    thread = threading.Thread(target=swallow, daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_sigkill_during_release_and_during_query(services: Services) -> None:
+    csv = services.tmp / "data.csv"
+    outcomes = write_csv(csv)
+    with services.admin() as admin:
+        dataset = admin.upload_dataset(csv, name="crash", objective="objective")
+        first = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5, r=3, lift="always")
+        partner = admin.create_partner("p", release_ids=[first.id], max_queries=10)
+    services.curator.stop()
+    curator = _restart_curator(services, POBO_CURATOR_FAULT_PAUSE=PAUSE)
+    z_dir = services.tmp / "curator" / "arrays" / "releases"
+    auth = {"Authorization": f"Bearer {services.admin_token}"}
+
+    # 1. a release killed after its Z file is written, before its row is committed
+    url = f"{curator.url}/v1/datasets/{dataset.id}/releases"
+    body = {"epsilon": 1.0, "delta": 1e-5, "r": 3, "lift": "always"}
+    _in_background(lambda: httpx.post(url, json=body, headers=auth, timeout=300))
+    _wait_for(lambda: len(list(z_dir.glob("*.npy"))) == 2, "the second Z file")
+    curator.kill()
+    # no pause points now; this single curator process owns its data dir, so leftovers go at once
+    curator = _restart_curator(services, POBO_CURATOR_ORPHAN_MIN_AGE_SECONDS="0")
+    with services.admin() as admin:
+        releases = admin.list_releases(dataset.id).data
+        ledger = admin.ledger(dataset.id)
+    assert [r.id for r in releases] == [first.id]  # no release row without its file ...
+    assert len(list(z_dir.glob("*.npy"))) == 1  # ... and no file without its row (swept at start-up)
+    statuses = sorted(e.status for e in ledger.entries)
+    assert statuses == ["reserved", "spent"]  # charged exactly once for the attempt (reserved counts)
+    assert ledger.epsilon_spent == pytest.approx(2.0)
+
+    # 2. a query killed after it is committed and charged, before it is answered
+    curator.stop()
+    curator = _restart_curator(services, POBO_CURATOR_FAULT_PAUSE=PAUSE)
+    qurl = f"{curator.url}/v1/releases/{first.id}/queries"
+    headers = {"Authorization": f"Bearer {partner.token}", "Idempotency-Key": "study-crash:1"}
+    _in_background(lambda: httpx.post(qurl, json={"index": 5}, headers=headers, timeout=300))
+
+    def pending() -> bool:
+        with services.admin() as admin:
+            return [q.status for q in admin.list_queries(first.id).queries] == ["pending"]
+
+    _wait_for(pending, "the committed, pending query")
+    curator.kill()
+    curator = _restart_curator(services)  # start-up completes the pending column query
+    retry = httpx.post(
+        f"{curator.url}/v1/releases/{first.id}/queries", json={"index": 5}, headers=headers, timeout=60
+    )
+    assert retry.status_code in (200, 201), retry.text
+    answer = retry.json()
+    assert answer["status"] == "complete" and answer["y"] == pytest.approx(outcomes[5])
+    assert retry.headers.get("Idempotent-Replayed") == "true"
+    with services.admin() as admin:
+        queries = admin.list_queries(first.id).queries
+        used = admin.get_partner(partner.id).queries_used
+        chain = admin.verify_queries(first.id)
+    assert [(q.id, q.status) for q in queries] == [(answer["id"], "complete")]  # not lost, not doubled
+    assert used == 1  # one charge
+    assert chain.ok and chain.entries == 1
