@@ -32,6 +32,7 @@ from curator_service.models import AccessLog
 from curator_service.storage import ArrayStore
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
+from shared.openapi import override_component_schema
 from shared.tls import uvicorn_ssl_options, warn_if_plaintext
 
 logger = logging.getLogger("curator_service")
@@ -334,28 +335,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def _document_validation_errors(app: FastAPI) -> None:
     """Make the schema's 422 body the one the handler sends: ``{"detail": str, "errors": [...]}``."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            schema.setdefault("components", {}).setdefault("schemas", {})["HTTPValidationError"] = {
-                "title": "HTTPValidationError",
-                "type": "object",
-                "required": ["detail"],
-                "properties": {
-                    "detail": {"type": "string", "description": "What is wrong, for a person to act on."},
-                    "errors": {
-                        "type": "array",
-                        "items": {"type": "object"},
-                        "description": "Each invalid field: loc, msg, type (the input is never echoed).",
-                    },
+    override_component_schema(
+        app,
+        "HTTPValidationError",
+        {
+            "title": "HTTPValidationError",
+            "type": "object",
+            "required": ["detail"],
+            "properties": {
+                "detail": {"type": "string", "description": "What is wrong, for a person to act on."},
+                "errors": {
+                    "type": "array",
+                    "items": {"type": "object"},
+                    "description": "Each invalid field: loc, msg, type (the input is never echoed).",
                 },
-            }
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+            },
+        },
+    )
 
 
 def _exit_cleanly(_signum: int, _frame: object) -> None:

@@ -26,6 +26,7 @@ from modeler_service.runner import RunnerRegistry, Stepper
 from modeler_service.service import ClientFactory, Context, default_client_factory
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
+from shared.openapi import override_component_schema
 from shared.tls import uvicorn_ssl_options, warn_if_plaintext
 
 log = logging.getLogger("pobo.modeler")
@@ -183,28 +184,23 @@ def create_app(settings: Settings | None = None, *, client_factory: ClientFactor
 def _document_422(app: FastAPI) -> None:
     """A 422 body is ``{"detail": [field errors]}`` (request validation) or ``{"detail": "<message>"}``
     (a well-formed request refused on meaning, e.g. a curator token the curator refuses)."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            schema.setdefault("components", {}).setdefault("schemas", {})["HTTPValidationError"] = {
-                "title": "HTTPValidationError",
-                "type": "object",
-                "required": ["detail"],
-                "properties": {
-                    "detail": {
-                        "anyOf": [
-                            {"type": "string"},
-                            {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}},
-                        ]
-                    }
-                },
-            }
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+    override_component_schema(
+        app,
+        "HTTPValidationError",
+        {
+            "title": "HTTPValidationError",
+            "type": "object",
+            "required": ["detail"],
+            "properties": {
+                "detail": {
+                    "anyOf": [
+                        {"type": "string"},
+                        {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}},
+                    ]
+                }
+            },
+        },
+    )
 
 
 def serve(host: str | None = None, port: int | None = None) -> None:
