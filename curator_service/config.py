@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.serving import WORKERS_HELP
 from shared.tls import check_tls_files
 
 #: Name of the file (inside the data dir) that holds a generated admin token.
@@ -36,6 +37,7 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8001, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64, description=WORKERS_HELP)
     csv_parse_workers: int = Field(
         default_factory=lambda: max(1, min(4, os.cpu_count() or 1)),
         ge=1,

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 import curator_service
+from shared import sqlite_turns
 
 #: alembic environment of this service: <repo>/migrations/curator (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(curator_service.__file__).resolve().parent.parent / "migrations" / "curator"
@@ -45,11 +46,9 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA synchronous=FULL")
             cursor.close()
 
-        @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn: Any) -> None:
-            mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
-            conn.exec_driver_sql(f"BEGIN {mode}")
-
+        # BEGIN (IMMEDIATE for write sessions) emitted by us, each write transaction taken in turn.
+        turns = sqlite_turns.WriterTurns.for_database(engine.url.database)
+        sqlite_turns.install(engine, event.listen, turns, begin_option=_BEGIN_OPTION)
         return engine
     return create_engine(
         url,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import signal
 import time
 import traceback
 from collections.abc import AsyncIterator
@@ -30,10 +29,12 @@ from curator_service.db import Database
 from curator_service.exceptions import CuratorError
 from curator_service.models import AccessLog
 from curator_service.storage import ArrayStore
+from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.openapi import override_component_schema
-from shared.tls import uvicorn_ssl_options, warn_if_plaintext
+from shared.serving import configure_logging
+from shared.tls import warn_if_plaintext
 
 logger = logging.getLogger("curator_service")
 
@@ -276,20 +277,38 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "internal error; see the curator's log"}, status_code=500)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def start_up(settings: Settings) -> None:
+    """The one-time start-up work: data dir, admin token file, migrations to head, crash recovery.
+
+    Runs once per start, before any request is served: in ``create_app`` for a single process, in the
+    supervisor before it spawns the workers otherwise (so that two workers never sweep or recover at once,
+    and a worker restarted later never sweeps files a sibling is writing).
+    """
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # raw rows live here: owner only
+    settings.resolve_admin_token()
+    db = Database(settings.resolved_database_url())
+    try:
+        db.migrate()
+        store = ArrayStore(settings.data_dir)
+        service.sweep_orphans(db, store, settings.orphan_min_age_seconds)
+        service.recover_pending_queries(db, store)
+    finally:
+        db.dispose()
+
+
+def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -> FastAPI:
     """Build the app: data dir, admin token, database (migrated to head), array store, routes.
 
-    Migrations and crash recovery run here, synchronously, so the app is ready as soon as this returns
-    (tests can drive it through ``httpx.ASGITransport`` without a lifespan).
+    With ``run_start_up`` (the default) migrations and crash recovery (``start_up``) run here,
+    synchronously, so the app is ready as soon as this returns (tests can drive it through
+    ``httpx.ASGITransport`` without a lifespan); a worker of a multi-process server skips them.
     """
     settings = settings or Settings()
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # raw rows live here: owner only
+    if run_start_up:
+        start_up(settings)
     admin_token = settings.resolve_admin_token()
     db = Database(settings.resolved_database_url())
-    db.migrate()
     store = ArrayStore(settings.data_dir)
-    service.sweep_orphans(db, store, settings.orphan_min_age_seconds)
-    service.recover_pending_queries(db, store)
     components = Components(
         settings=settings,
         db=db,
@@ -354,31 +373,33 @@ def _document_validation_errors(app: FastAPI) -> None:
     )
 
 
-def _exit_cleanly(_signum: int, _frame: object) -> None:
-    raise SystemExit(0)
+def worker_app() -> FastAPI:
+    """The app of one worker process (``pobo curator serve --workers N``): settings from the environment;
+    the supervisor has already run ``start_up``."""
+    configure_logging()
+    return create_app(Settings(), run_start_up=False)
 
 
-def serve(host: str | None = None, port: int | None = None) -> None:
-    """``pobo curator serve``: settings from the environment, migrations, then uvicorn."""
-    import uvicorn
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def serve(host: str | None = None, port: int | None = None, workers: int | None = None) -> None:
+    """``pobo curator serve``: settings from the environment, start-up work once, then uvicorn."""
+    configure_logging()
     settings = Settings()
     bind = host or settings.host
+    n_workers = workers if workers is not None else settings.workers
     warn_if_plaintext(logger, bind, tls=settings.tls_enabled, service="curator", prefix="POBO_CURATOR_")
     password = settings.tls_keyfile_password
-    tls = uvicorn_ssl_options(
-        settings.tls_certfile, settings.tls_keyfile, password.get_secret_value() if password else None
-    )
-    app = create_app(settings)
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler that was in place
-    # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
-    signal.signal(signal.SIGTERM, _exit_cleanly)
-    uvicorn.run(
+    if n_workers > 1:
+        start_up(settings)
+        app = None
+    else:
+        app = create_app(settings)
+    serving.run(
         app,
-        host=host or settings.host,
+        factory="curator_service.main:worker_app",
+        workers=n_workers,
+        host=bind,
         port=port if port is not None else settings.port,
-        log_level="info",
-        timeout_graceful_shutdown=10,
-        **tls,  # type: ignore[arg-type]
+        tls_certfile=settings.tls_certfile,
+        tls_keyfile=settings.tls_keyfile,
+        tls_keyfile_password=password.get_secret_value() if password else None,
     )

@@ -11,6 +11,7 @@ from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.serving import WORKERS_HELP
 from shared.tls import check_tls_files
 
 #: Files (inside the data dir) holding a generated bearer token and a generated encryption key.
@@ -50,6 +51,7 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8002, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64, description=WORKERS_HELP)
     curator_timeout: float = Field(default=30.0, gt=0, description="Seconds per curator request.")
     curator_retries: int = Field(default=4, ge=0, le=20, description="Retries of a failed curator request.")
     poll_seconds: float = Field(

@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 import modeler_service
+from shared import sqlite_turns
 
 #: alembic environment of this service: <repo>/migrations/modeler (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(modeler_service.__file__).resolve().parent.parent / "migrations" / "modeler"
@@ -42,11 +43,9 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
-        @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn: Any) -> None:
-            mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
-            conn.exec_driver_sql(f"BEGIN {mode}")
-
+        # BEGIN (IMMEDIATE for write sessions) emitted by us, each write transaction taken in turn.
+        turns = sqlite_turns.WriterTurns.for_database(engine.url.database)
+        sqlite_turns.install(engine, event.listen, turns, begin_option=_BEGIN_OPTION)
         return engine
     return create_engine(
         url,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cryptography.fernet import Fernet
@@ -22,12 +26,15 @@ from modeler_service.api.routes import health, studies
 from modeler_service.config import Settings
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import ModelerError
+from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from modeler_service.service import ClientFactory, Context, default_client_factory
+from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.openapi import override_component_schema
-from shared.tls import uvicorn_ssl_options, warn_if_plaintext
+from shared.serving import configure_logging
+from shared.tls import warn_if_plaintext
 
 log = logging.getLogger("pobo.modeler")
 
@@ -103,18 +110,70 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(500, "internal server error; see the modeler log")
 
 
-def create_app(settings: Settings | None = None, *, client_factory: ClientFactory | None = None) -> FastAPI:
+#: Environment variable through which the supervisor of a multi-worker server hands its crash-recovery
+#: result to the workers it spawns (internal; not a setting).
+RECOVERED_ENV = "_POBO_MODELER_RECOVERED"
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """Studies that a killed process left running, made ``ready`` by ``start_up`` at time ``at``."""
+
+    study_ids: list[str]
+    at: datetime
+
+    def to_env(self) -> str:
+        return json.dumps({"study_ids": self.study_ids, "at": self.at.isoformat()})
+
+    @classmethod
+    def from_env(cls, value: str | None) -> Recovered:
+        if not value:
+            return cls([], utcnow())
+        data = json.loads(value)
+        return cls([str(i) for i in data["study_ids"]], datetime.fromisoformat(data["at"]))
+
+
+def start_up(settings: Settings) -> Recovered:
+    """The one-time start-up work: data dir, token and key files, migrations, stale studies made ready.
+
+    Runs once per start, before any request is served: in ``create_app`` for a single process, in the
+    supervisor before it spawns the workers otherwise (a worker restarted later must not take the studies
+    its siblings are running for stale ones).
+    """
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.resolve_token()
+    settings.resolve_secret_key()
+    db = Database(settings.resolved_database_url())
+    try:
+        db.migrate()
+        with transaction(db) as session:
+            stale = service.recover_stale(session)
+    finally:
+        db.dispose()
+    if stale:
+        log.warning("%d study(ies) left running by a previous process are resumable: %s", len(stale), stale)
+    return Recovered(stale, utcnow())
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    client_factory: ClientFactory | None = None,
+    recovered: Recovered | None = None,
+) -> FastAPI:
     """Build the app: data dir, secrets, database migrated to head, stale studies made resumable.
 
     ``client_factory(curator_url, token)`` returns the ``CuratorClient`` a study uses (tests plug in one
-    with an ``httpx.MockTransport``).
+    with an ``httpx.MockTransport``). ``recovered``: ``start_up`` already ran (a worker process); else it
+    runs here. With ``resume_on_start`` the recovered studies' runs restart in the lifespan; of several
+    workers, the one whose claim succeeds first runs each.
     """
     settings = settings or Settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if recovered is None:
+        recovered = start_up(settings)
     token = settings.resolve_token()
     fernet = Fernet(settings.resolve_secret_key().get_secret_value().encode("ascii"))
     db = Database(settings.resolved_database_url())
-    db.migrate()
     ctx = Context(
         settings=settings,
         db=db,
@@ -123,20 +182,22 @@ def create_app(settings: Settings | None = None, *, client_factory: ClientFactor
     )
     stepper = Stepper(ctx)
     runners = RunnerRegistry(ctx, stepper)
-    with transaction(db) as session:
-        stale = service.recover_stale(session)
-    if stale:
-        log.warning("%d study(ies) left running by a previous process are resumable: %s", len(stale), stale)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if settings.resume_on_start:
-            for study_id in stale:
+            for study_id in recovered.study_ids:
                 with transaction(db) as session:
                     study = service.get_study(session, study_id)
                     target = study.run_target or study.iterations_total
+                    # Only if untouched since the recovery: a study run or stepped since then is not ours.
                     claimed = study.iterations_done < study.iterations_total and repo.claim_study(
-                        session, study_id, from_statuses=("ready",), to_status="running", run_target=target
+                        session,
+                        study_id,
+                        from_statuses=("ready",),
+                        to_status="running",
+                        run_target=target,
+                        not_updated_after=recovered.at,
                     )
                 if claimed:
                     runners.start(study_id)
@@ -203,25 +264,34 @@ def _document_422(app: FastAPI) -> None:
     )
 
 
-def serve(host: str | None = None, port: int | None = None) -> None:
-    """``pobo modeler serve``: migrate, then serve with uvicorn until SIGINT/SIGTERM."""
-    import uvicorn
+def worker_app() -> FastAPI:
+    """The app of one worker process (``pobo modeler serve --workers N``): settings from the environment,
+    the supervisor's ``start_up`` result from ``RECOVERED_ENV``."""
+    configure_logging()
+    return create_app(Settings(), recovered=Recovered.from_env(os.environ.get(RECOVERED_ENV)))
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+def serve(host: str | None = None, port: int | None = None, workers: int | None = None) -> None:
+    """``pobo modeler serve``: start-up work once, then serve with uvicorn until SIGINT/SIGTERM."""
+    configure_logging()
     settings = Settings()
     bind = host or settings.host
+    n_workers = workers if workers is not None else settings.workers
     warn_if_plaintext(log, bind, tls=settings.tls_enabled, service="modeler", prefix="POBO_MODELER_")
     password = settings.tls_keyfile_password
-    tls = uvicorn_ssl_options(
-        settings.tls_certfile, settings.tls_keyfile, password.get_secret_value() if password else None
-    )
-    app = create_app(settings)
-    uvicorn.run(
+    if n_workers > 1:
+        os.environ[RECOVERED_ENV] = start_up(settings).to_env()  # inherited by the spawned workers
+        app = None
+    else:
+        app = create_app(settings)
+    serving.run(
         app,
-        host=host or settings.host,
+        factory="modeler_service.main:worker_app",
+        workers=n_workers,
+        host=bind,
         port=port if port is not None else settings.port,
-        log_level="info",
+        tls_certfile=settings.tls_certfile,
+        tls_keyfile=settings.tls_keyfile,
+        tls_keyfile_password=password.get_secret_value() if password else None,
         access_log=settings.access_log,
-        timeout_graceful_shutdown=10,
-        **tls,  # type: ignore[arg-type]
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, case, func, insert, null, select, update
@@ -33,18 +34,27 @@ def list_studies(session: Session) -> list[Study]:
 
 
 def claim_study(
-    session: Session, study_id: str, *, from_statuses: Iterable[str], to_status: str, run_target: int | None
+    session: Session,
+    study_id: str,
+    *,
+    from_statuses: Iterable[str],
+    to_status: str,
+    run_target: int | None,
+    not_updated_after: datetime | None = None,
 ) -> bool:
-    """Atomically move a study to ``to_status`` if (and only if) it is in one of ``from_statuses``.
+    """Atomically move a study to ``to_status`` if (and only if) it is in one of ``from_statuses`` (and,
+    with ``not_updated_after``, has not been written since that time).
 
-    One conditional UPDATE: of two concurrent callers, exactly one sees rowcount 1 (this is what makes a
-    second ``run`` on a running study a 409 rather than a second runner).
+    One conditional UPDATE: of two concurrent callers, in one process or two, exactly one sees rowcount 1
+    (this is what makes a second ``run`` on a running study a 409 rather than a second runner).
     """
+    stmt = update(Study).where(Study.id == study_id, Study.status.in_(tuple(from_statuses)))
+    if not_updated_after is not None:
+        stmt = stmt.where(Study.updated_at <= not_updated_after)
     result = session.execute(
-        update(Study)
-        .where(Study.id == study_id, Study.status.in_(tuple(from_statuses)))
-        .values(status=to_status, run_target=run_target, error=None, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
+        stmt.values(
+            status=to_status, run_target=run_target, error=None, updated_at=utcnow()
+        ).execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0) == 1)
 
@@ -107,11 +117,12 @@ def set_pending_query(session: Session, study_id: str, query_id: int, *, awaitin
 # ------------------------------------------------------------------------------------------------- audit
 
 
-def observations(session: Session, study_id: str) -> list[tuple[int, float]]:
-    """(index, y) of every recorded query, in order: the state the GP is rebuilt from."""
+def observations(session: Session, study_id: str, *, after_seq: int = 0) -> list[tuple[int, float]]:
+    """(index, y) of every recorded query (with ``seq > after_seq``), in order: the state the GP is
+    rebuilt from."""
     rows = session.execute(
         select(AuditEntry.row_index, AuditEntry.y)
-        .where(AuditEntry.study_id == study_id)
+        .where(AuditEntry.study_id == study_id, AuditEntry.seq > after_seq)
         .order_by(AuditEntry.seq)
     )
     return [(int(i), float(y)) for i, y in rows]

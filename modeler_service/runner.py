@@ -61,10 +61,16 @@ class Stepper:
         ctx = self.ctx
         t_start = time.perf_counter()
         gp_s = 0.0
-        if not service.cache_warm(ctx, study_id):
-            # rebuild the strategy from the DB (refits: maybe seconds) before taking the write lock
-            with transaction(ctx.db, write=False) as session:
-                service.strategy_for(session, ctx, service.get_study(session, study_id))
+        proposal: Intent | None = None
+        # The GP arithmetic runs before the write transaction, so that no other study waits for it (on
+        # SQLite the write lock is one for the whole database); a cache rebuild after a restart may take
+        # seconds of refits.
+        with transaction(ctx.db, write=False) as session:
+            study = service.get_study(session, study_id)
+            if Intent.of(study) is None and study.iterations_done < study.iterations_total:
+                t0 = time.perf_counter()
+                proposal = service.suggest(session, ctx, study)
+                gp_s += time.perf_counter() - t0
         with transaction(ctx.db) as session:
             study = service.claim_step(session, study_id) if claim else service.get_study(session, study_id)
             intent = Intent.of(study)
@@ -73,9 +79,11 @@ class Stepper:
                     raise Conflict(
                         f"study {study_id} is done: all {study.iterations_total} iterations are used"
                     )
-                t0 = time.perf_counter()
-                intent = service.suggest(session, ctx, study)  # GP arithmetic (cached state: ~ms)
-                gp_s += time.perf_counter() - t0
+                if proposal is None or proposal.iteration != study.iterations_done + 1:
+                    t0 = time.perf_counter()  # the study moved since it was read: choose again
+                    proposal = service.suggest(session, ctx, study)
+                    gp_s += time.perf_counter() - t0
+                intent = proposal
                 service.save_intent(session, study, intent)
 
         t_curator = time.perf_counter()

@@ -354,9 +354,20 @@ class Intent:
 
 
 def strategy_for(session: Session, ctx: Context, study: Study) -> GPUCB:
-    """The GP-UCB state after the study's recorded observations (cached; rebuilt from the DB on a miss)."""
+    """The GP-UCB state after the study's recorded observations (cached; rebuilt from the DB on a miss).
+
+    A cached strategy that is behind (another worker process recorded the last iterations) catches up by
+    observing just the missing entries, O(n (t + r)) each, instead of a rebuild that replays every refit.
+    """
     state = ctx.state(study)
     with state.lock:
+        if state.strategy is not None and 0 <= state.n_obs < study.iterations_done:
+            missing = repo.observations(session, study.id, after_seq=state.n_obs)
+            if len(missing) == study.iterations_done - state.n_obs:
+                for index, y in missing:
+                    state.strategy.observe(index, y)
+                state.n_obs = study.iterations_done
+                return state.strategy
         if state.strategy is None or state.n_obs != study.iterations_done:
             obs = repo.observations(session, study.id)
             if len(obs) != study.iterations_done:
@@ -375,33 +386,36 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> GPUCB:
         return state.strategy
 
 
-def cache_warm(ctx: Context, study_id: str) -> bool:
-    """Whether a strategy for the study is cached (it may still be stale; ``strategy_for`` checks)."""
-    state = ctx.cache.get(study_id)
-    return state is not None and state.strategy is not None
-
-
 def suggest(session: Session, ctx: Context, study: Study) -> Intent:
     """Choose the row of the next iteration: a random initial row, then the UCB argmax (Alg. 2 line 4)."""
     iteration = study.iterations_done + 1
-    strategy = strategy_for(session, ctx, study)
     initial = list(study.initial_indices or [])
-    if iteration <= len(initial):
-        index = int(initial[iteration - 1])
-        ucb, beta, _t = strategy.acquisition()
-        acquisition = float(ucb[index])
-        mean, std = float(strategy.gp.mean()[index]), float(strategy.gp.std()[index])
-        source = "initial"
-    else:
-        s = strategy.suggest()
-        index, acquisition, beta, mean, std, source = s.index, s.acquisition, s.beta, s.mean, s.std, "gp-ucb"
+    with ctx.state(study).lock:  # no observe() of this study's strategy while it is read
+        strategy = strategy_for(session, ctx, study)
+        if iteration <= len(initial):
+            index = int(initial[iteration - 1])
+            ucb, beta, _t = strategy.acquisition()
+            acquisition = float(ucb[index])
+            mean, std = float(strategy.gp.mean()[index]), float(strategy.gp.std()[index])
+            source = "initial"
+        else:
+            s = strategy.suggest()
+            index, acquisition, beta, mean, std, source = (
+                s.index,
+                s.acquisition,
+                s.beta,
+                s.mean,
+                s.std,
+                "gp-ucb",
+            )
+        hyperparameters = strategy.hyperparameters.as_dict()
     suggestion = {
         "source": source,
         "acquisition": acquisition,
         "beta": float(beta),
         "mean": mean,
         "std": std,
-        "hyperparameters": strategy.hyperparameters.as_dict(),
+        "hyperparameters": hyperparameters,
     }
     return Intent(iteration=iteration, index=index, suggestion=suggestion, query_id=None)
 

@@ -28,22 +28,30 @@ app.add_typer(bench_app, name="bench")
 def curator_serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default: setting or 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: setting or 8001).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="Worker processes (default: setting POBO_CURATOR_WORKERS or 1)."),
+    ] = None,
 ) -> None:
     """Start the curator service (applies its database migrations first)."""
     from curator_service.main import serve
 
-    serve(host=host, port=port)
+    serve(host=host, port=port, workers=workers)
 
 
 @modeler_app.command("serve")
 def modeler_serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default: setting or 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: setting or 8002).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="Worker processes (default: setting POBO_MODELER_WORKERS or 1)."),
+    ] = None,
 ) -> None:
     """Start the modeler service (applies its database migrations first)."""
     from modeler_service.main import serve
 
-    serve(host=host, port=port)
+    serve(host=host, port=port, workers=workers)
 
 
 @bench_app.command("synthetic")
@@ -87,6 +95,57 @@ def bench_service(
     from shared.bench.service import main as run
 
     run(json_path=json_path, n=n, iterations=iterations, studies=studies)
+
+
+@bench_app.command("load")
+def bench_load(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    studies: Annotated[int, typer.Option(min=1, help="Concurrent studies (one client thread each).")] = 20,
+    iterations: Annotated[int, typer.Option(min=1, help="Iterations per study.")] = 50,
+    workers: Annotated[
+        int, typer.Option(min=1, max=64, help="uvicorn workers of each service (try the number of cores).")
+    ] = 2,
+    baseline_workers: Annotated[
+        int, typer.Option(min=0, help="Also measure this worker count as the baseline (0: none).")
+    ] = 1,
+    database: Annotated[
+        list[str] | None,
+        typer.Option(help="sqlite and/or postgresql (repeat the option). Default: both."),
+    ] = None,
+    postgres_url: Annotated[
+        str | None,
+        typer.Option(
+            help="SQLAlchemy URL of a PostgreSQL database to create throwaway schemas in. "
+            "Default: env POBO_BENCH_POSTGRES_URL, else POBO_TEST_DATABASE_URL."
+        ),
+    ] = None,
+    n: Annotated[int, typer.Option(min=10, help="Rows of the synthetic release.")] = 10_000,
+    seed: Annotated[int, typer.Option(help="Benchmark seed (synthetic data, initial rows).")] = 0,
+) -> None:
+    """Concurrent studies x iterations against both services under uvicorn workers: throughput,
+    p50/p99 latency, errors, peak RSS; every study reconciled afterwards. Exit 1 on any error."""
+    from shared.bench.load import LoadConfig, default_postgres_url
+    from shared.bench.load import main as run
+
+    chosen = database or ["sqlite", "postgresql"]
+    unknown = sorted(set(chosen) - {"sqlite", "postgresql"})
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown database {unknown}: use sqlite and/or postgresql", param_hint="--database"
+        )
+    config = LoadConfig(
+        databases=chosen,  # type: ignore[arg-type]
+        postgres_url=postgres_url or default_postgres_url(),
+        workers=workers,
+        baseline_workers=baseline_workers or None,
+        studies=studies,
+        iterations=iterations,
+        n=n,
+        seed=seed,
+    )
+    report = run(config, json_path=json_path)
+    if not report["ok"]:
+        raise typer.Exit(1)
 
 
 @app.command("reconcile")

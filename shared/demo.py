@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -37,7 +38,7 @@ import numpy.typing as npt
 
 from shared.client import CuratorClient
 
-__all__ = ["DEMO_CSV", "ServiceProcess", "expected_random_regret", "free_port", "run_demo"]
+__all__ = ["DEMO_CSV", "ServiceProcess", "expected_random_regret", "free_port", "run_demo", "service_pair"]
 
 DEMO_CSV = Path(__file__).with_name("data") / "demo_hospital.csv"
 #: Release parameters of the demo: (epsilon, delta) of the one release, the report's largest r, and the r
@@ -73,8 +74,10 @@ class ServiceProcess:
         host: str = "127.0.0.1",
         scheme: Literal["http", "https"] = "http",
         verify: ssl.SSLContext | bool = True,
+        workers: int = 1,
     ) -> None:
         self.kind = kind
+        self.workers = workers  # uvicorn worker processes (``--workers``); > 1: a supervisor and its workers
         self.host = host
         self.scheme = scheme  # "https" when env carries the service's TLS_CERTFILE / TLS_KEYFILE settings
         self.verify = verify  # how wait_healthy checks the service's certificate (https only)
@@ -82,6 +85,7 @@ class ServiceProcess:
         self.env = dict(env)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
 
     @property
     def url(self) -> str:
@@ -98,12 +102,30 @@ class ServiceProcess:
             self.host,
             "--port",
             str(self.port),
+            "--workers",
+            str(self.workers),
         ]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0  # this start's lines
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+            # A session of its own: kill() reaches the worker processes too, as a crash of the host would.
+            self.proc = subprocess.Popen(  # noqa: S603
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
+
+    def pids(self) -> list[int]:
+        """The service's processes: the supervisor (or the single process) first, then its workers."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        import psutil
+
+        try:
+            parent = psutil.Process(self.proc.pid)
+            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -112,7 +134,8 @@ class ServiceProcess:
             return ""
 
     def wait_healthy(self, timeout: float = 60.0) -> None:
-        """Poll ``GET /healthz`` until 200; raise (with the log's tail) if the process dies or times out."""
+        """Poll ``GET /healthz`` until 200 (and, with several workers, until all have started); raise (with
+        the log's tail) if the process dies or times out."""
         assert self.proc is not None, "start() first"
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=2.0, verify=self.verify) as http:
@@ -122,12 +145,25 @@ class ServiceProcess:
                         f"the {self.kind} exited with code {self.proc.returncode}:\n{self.log_tail()}"
                     )
                 try:
-                    if http.get(f"{self.url}/healthz").status_code == 200:
+                    if http.get(f"{self.url}/healthz").status_code == 200 and self._workers_started():
                         return
                 except httpx.TransportError:
                     pass
                 time.sleep(0.05)
         raise RuntimeError(f"the {self.kind} did not become healthy in {timeout:.0f} s:\n{self.log_tail()}")
+
+    def _workers_started(self) -> bool:
+        """With several workers: every one has finished its start-up (so none is still importing when the
+        first requests arrive). One process: already true when ``/healthz`` answers."""
+        if self.workers <= 1:
+            return True
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_offset)
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return False
+        return text.count("Application startup complete.") >= self.workers
 
     def stop(self, timeout: float = 15.0) -> bool:
         """SIGTERM (a graceful uvicorn shutdown), then SIGKILL if it does not exit within ``timeout``.
@@ -138,20 +174,23 @@ class ServiceProcess:
         if self.proc is None:
             return True
         if self.proc.poll() is not None:
+            self.kill()  # workers a dead supervisor may have left behind
             return self.proc.returncode in (0, -signal.SIGTERM)
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(signal.SIGTERM)  # a supervisor passes it on to its workers
         try:
-            return self.proc.wait(timeout) in (0, -signal.SIGTERM)
+            clean = self.proc.wait(timeout) in (0, -signal.SIGTERM)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return False
+            clean = False
+        self.kill()  # whatever is left of the process group (nothing, after a clean shutdown)
+        return clean
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown code runs (what a crash looks like)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
+        """SIGKILL to the whole process group: no shutdown code runs (what a crash looks like)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     def __enter__(self) -> ServiceProcess:
         if self.proc is None:
@@ -176,6 +215,34 @@ def modeler_env(data_dir: Path, token: str, database_url: str | None = None, **e
     if database_url:
         env["POBO_MODELER_DATABASE_URL"] = database_url
     return env
+
+
+def service_pair(
+    tmp: Path,
+    admin_token: str,
+    modeler_token: str,
+    database_url: str | None = None,
+    *,
+    workers: int = 1,
+    **modeler_extra: str,
+) -> tuple[ServiceProcess, ServiceProcess]:
+    """A curator and a modeler (not started) on free loopback ports, data dirs and logs under ``tmp``;
+    both on ``database_url`` (None: each its own SQLite file)."""
+    curator = ServiceProcess(
+        "curator",
+        port=free_port(),
+        env=curator_env(tmp / "curator", admin_token, database_url),
+        log_path=tmp / "curator.log",
+        workers=workers,
+    )
+    modeler = ServiceProcess(
+        "modeler",
+        port=free_port(),
+        env=modeler_env(tmp / "modeler", modeler_token, database_url, **modeler_extra),
+        log_path=tmp / "modeler.log",
+        workers=workers,
+    )
+    return curator, modeler
 
 
 def expected_random_regret(y: npt.ArrayLike, k: int) -> float:

@@ -1,6 +1,9 @@
 """Both services as real processes (``pobo curator serve`` / ``pobo modeler serve``, i.e. uvicorn) on free
 loopback ports, over SQLite or, when ``POBO_TEST_DATABASE_URL`` is set, PostgreSQL (both services in one
-schema created for the test and dropped after it: their tables are prefixed, their version tables apart)."""
+schema created for the test and dropped after it: their tables are prefixed, their version tables apart).
+
+Each service runs as one process unless a test module overrides the ``workers`` fixture (e.g. with
+params ``[1, 2]``: then every test runs against single processes and against uvicorn with 2 workers)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from shared.client import CuratorClient
-from shared.demo import ServiceProcess, curator_env, free_port, modeler_env
+from shared.demo import ServiceProcess, free_port, modeler_env, service_pair
 
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")
 
@@ -31,6 +34,7 @@ class Services:
     tmp: Path
     curator_db: str | None
     modeler_db: str | None
+    workers: int = 1
 
     def admin(self) -> CuratorClient:
         return CuratorClient(self.curator.url, self.admin_token)
@@ -43,13 +47,21 @@ class Services:
     def new_modeler(self, **extra_env: str) -> ServiceProcess:
         """A new modeler process on the same data dir and database (a restart)."""
         env = modeler_env(self.tmp / "modeler", self.modeler_token, self.modeler_db, **extra_env)
-        self.modeler = ServiceProcess("modeler", port=free_port(), env=env, log_path=self.tmp / "modeler.log")
+        self.modeler = ServiceProcess(
+            "modeler", port=free_port(), env=env, log_path=self.tmp / "modeler.log", workers=self.workers
+        )
         self.modeler.start().wait_healthy()
         return self.modeler
 
 
+@pytest.fixture
+def workers() -> int:
+    """uvicorn worker processes of each service (overridden by modules that test several workers)."""
+    return 1
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def services(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Services]:
+def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> Iterator[Services]:
     schema = None
     if request.param == "postgresql":
         if not PG_URL:
@@ -64,19 +76,8 @@ def services(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Service
     else:
         curator_db = modeler_db = None  # each service's default SQLite file in its data dir
     admin_token, modeler_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-    curator = ServiceProcess(
-        "curator",
-        port=free_port(),
-        env=curator_env(tmp_path / "curator", admin_token, curator_db),
-        log_path=tmp_path / "curator.log",
-    )
-    modeler = ServiceProcess(
-        "modeler",
-        port=free_port(),
-        env=modeler_env(tmp_path / "modeler", modeler_token, modeler_db),
-        log_path=tmp_path / "modeler.log",
-    )
-    s = Services(curator, modeler, admin_token, modeler_token, tmp_path, curator_db, modeler_db)
+    curator, modeler = service_pair(tmp_path, admin_token, modeler_token, curator_db, workers=workers)
+    s = Services(curator, modeler, admin_token, modeler_token, tmp_path, curator_db, modeler_db, workers)
     try:
         curator.start()
         modeler.start()

@@ -21,6 +21,12 @@ from tests.e2e.conftest import Services, write_csv
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=[1, 2], ids=["1-process", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> int:
+    """Each test against single processes and against uvicorn with 2 workers per service."""
+    return int(request.param)
+
+
 def simultaneously(n: int, call: Callable[[httpx.Client], httpx.Response]) -> list[httpx.Response]:
     """``n`` threads, each with its own connection, released together by a barrier."""
     barrier = threading.Barrier(n)

@@ -16,13 +16,21 @@ from shared.demo import ServiceProcess, curator_env, free_port
 from tests.e2e.conftest import Services, write_csv
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=[1, 2], ids=["1-process", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> int:
+    """Each test against single processes and against uvicorn with 2 workers per service."""
+    return int(request.param)
+
+
 PAUSE = "release.after_file=120,query.after_commit=120"
 
 
 def _restart_curator(services: Services, **extra: str) -> ServiceProcess:
     env = curator_env(services.tmp / "curator", services.admin_token, services.curator_db) | extra
     services.curator = ServiceProcess(
-        "curator", port=free_port(), env=env, log_path=services.tmp / "curator.log"
+        "curator", port=free_port(), env=env, log_path=services.tmp / "curator.log", workers=services.workers
     )
     services.curator.start().wait_healthy()
     return services.curator
@@ -65,7 +73,8 @@ def test_sigkill_during_release_and_during_query(services: Services) -> None:
     _in_background(lambda: httpx.post(url, json=body, headers=auth, timeout=300))
     _wait_for(lambda: len(list(z_dir.glob("*.npy"))) == 2, "the second Z file")
     curator.kill()
-    # no pause points now; this single curator process owns its data dir, so leftovers go at once
+    # no pause points now; the sweep runs before any request is served (in the supervisor when there are
+    # workers), and nothing else writes this data dir, so leftovers go at once
     curator = _restart_curator(services, POBO_CURATOR_ORPHAN_MIN_AGE_SECONDS="0")
     with services.admin() as admin:
         releases = admin.list_releases(dataset.id).data

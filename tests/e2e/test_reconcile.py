@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from shared.cli import app
 from tests.e2e.conftest import Services
-from tests.e2e.test_two_party import setup_release, wait_status
+from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body, wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +46,7 @@ def _reconcile(
 def test_query_chain_verifies_and_reconcile_finds_tampering(services: Services) -> None:
     _, release, partner = setup_release(services)
     with services.modeler_http() as http:
-        study = http.post(
-            "/v1/studies",
-            json={
-                "curator_url": services.curator.url,
-                "release_id": release.id,
-                "curator_token": partner.token,
-                "iterations": 8,
-                "hyperparameters": {"lengthscale": 1.0, "signal_variance": 1.0, "noise_variance": 1e-4},
-            },
-        ).json()
+        study = http.post("/v1/studies", json=study_body(services, release, partner, 8, FIXED_HP)).json()
         assert http.post(f"/v1/studies/{study['id']}/run").status_code == 202
         assert wait_status(http, study["id"], {"done", "failed"})["status"] == "done"
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from tests.e2e.conftest import Services
-from tests.e2e.test_two_party import setup_release
+from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +48,7 @@ def test_no_token_in_logs_or_databases(services: Services) -> None:
         "not-" + partner.token,
     )
     with services.modeler_http() as http:
-        study = http.post(
-            "/v1/studies",
-            json={
-                "curator_url": services.curator.url,
-                "release_id": release.id,
-                "curator_token": partner.token,
-                "iterations": 3,
-                "hyperparameters": {"lengthscale": 1.0, "signal_variance": 1.0, "noise_variance": 1e-4},
-            },
-        )
+        study = http.post("/v1/studies", json=study_body(services, release, partner, 3, FIXED_HP))
         assert study.status_code == 201, study.text
         for _ in range(3):
             assert http.post(f"/v1/studies/{study.json()['id']}/step").status_code == 200

@@ -27,6 +27,29 @@ def setup_release(services: Services, max_queries: int = 100) -> tuple[Any, Any,
     return outcomes, release, partner
 
 
+#: Fixed GP hyper-parameters (no MLE refits): quick studies.
+FIXED_HP = {"lengthscale": 1.0, "signal_variance": 1.0, "noise_variance": 1e-4}
+
+
+def study_body(
+    services: Services,
+    release: Any,
+    partner: Any,
+    iterations: int,
+    hyperparameters: Any = "mle",
+    **extra: Any,
+) -> dict[str, Any]:
+    """The JSON of ``POST /v1/studies`` for a study over ``release`` with ``partner``'s token."""
+    return {
+        "curator_url": services.curator.url,
+        "release_id": release.id,
+        "curator_token": partner.token,
+        "iterations": iterations,
+        "hyperparameters": hyperparameters,
+        **extra,
+    }
+
+
 def wait_status(
     http: httpx.Client, study_id: str, statuses: set[str], timeout: float = 60.0
 ) -> dict[str, Any]:
@@ -42,17 +65,7 @@ def wait_status(
 def test_twenty_iterations_reconcile(services: Services) -> None:
     outcomes, release, partner = setup_release(services)
     with services.modeler_http() as http:
-        resp = http.post(
-            "/v1/studies",
-            json={
-                "curator_url": services.curator.url,
-                "release_id": release.id,
-                "curator_token": partner.token,
-                "iterations": 20,
-                "hyperparameters": "mle",
-                "initial_points": 2,
-            },
-        )
+        resp = http.post("/v1/studies", json=study_body(services, release, partner, 20, initial_points=2))
         assert resp.status_code == 201, resp.text
         assert partner.token not in resp.text
         study = resp.json()

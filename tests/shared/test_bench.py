@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from shared.bench import synthetic
@@ -69,3 +71,34 @@ def test_cli_bench_perf_small(tmp_path):
     assert report["release"]["max_relative_difference"] < 1e-8
     assert report["gp_ucb_loop"]["same_choices"] == report["gp_ucb_loop"]["T"]
     assert report["release"]["speedup"] > 0 and report["gp_ucb_loop"]["speedup"] > 0
+
+
+@pytest.mark.slow
+def test_cli_bench_load_smoke(tmp_path):
+    """A short `pobo bench load` (the full 20 x 50 run is a benchmark, not a test): both services under
+    uvicorn with 2 workers and as single processes, on SQLite and, when configured, PostgreSQL."""
+    out = tmp_path / "load.json"
+    args = ["bench", "load", "--studies", "3", "--iterations", "4", "--workers", "2", "--n", "300"]
+    args += ["--json", str(out), "--database", "sqlite"]
+    if os.environ.get("POBO_TEST_DATABASE_URL"):
+        args += ["--database", "postgresql"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["ok"] is True
+    expected = {(db, w) for db in ("sqlite", "postgresql") for w in (1, 2)}
+    if not os.environ.get("POBO_TEST_DATABASE_URL"):
+        expected = {(db, w) for db, w in expected if db == "sqlite"}
+    assert {(r["database"], r["workers"]) for r in report["results"]} == expected
+    for r in report["results"]:
+        assert r["errors"] == 0 and r["iterations_completed"] == 12
+        checks = r["checks"]
+        assert checks["studies_reconciled"] == 3 and checks["queries_charged"] == 12
+        assert r["processes"]["curator"] >= r["workers"] + (r["workers"] > 1)  # supervisor + workers
+        assert r["processes"]["modeler"] >= r["workers"] + (r["workers"] > 1)
+        assert r["peak_rss_mib"]["curator"] > 10 and r["peak_rss_mib"]["modeler"] > 10
+        assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p99"]
+        assert r["throughput_per_s"] > 0
+        if r["workers"] == 2:
+            assert r["vs_baseline"]["throughput_ratio"] > 0
+    assert "it/s" in result.output and "p99 ms" in result.output

@@ -1,0 +1,74 @@
+"""Running a pobo service under uvicorn, in one process or with several worker processes.
+
+With ``workers > 1`` uvicorn's supervisor binds the socket once and *spawns* the workers, each of which
+builds its own app from an import string (``module:factory``). The service's one-time start-up work
+(database migrations, crash recovery, generating token files) therefore runs in the parent, before the
+workers exist, and each worker only opens its own database pool: a worker restarted by the supervisor
+never re-runs recovery over requests its siblings are serving.
+
+Only ``uvicorn`` is imported here (lazily), never FastAPI or SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from shared.tls import uvicorn_ssl_options
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d]: %(message)s"
+
+#: Description of both services' ``workers`` setting.
+WORKERS_HELP = (
+    "uvicorn worker processes. Above 1, start-up work (migrations, crash recovery) runs once in the "
+    "supervisor before the workers start; use a database they can share (PostgreSQL, or SQLite on a "
+    "local disk)."
+)
+
+
+def configure_logging() -> None:
+    """The services' log format (also called in each spawned worker, which starts with no handlers)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+
+
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def run(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    workers: int = 1,
+    factory: str | None = None,
+    tls_certfile: Path | None = None,
+    tls_keyfile: Path | None = None,
+    tls_keyfile_password: str | None = None,
+    access_log: bool = True,
+) -> None:
+    """Serve ``app`` (one process) or, with ``workers > 1``, ``factory`` (``"module:function"``) in each
+    of ``workers`` spawned processes. Returns after a graceful shutdown (SIGTERM or SIGINT); exit 0."""
+    import uvicorn
+
+    tls = uvicorn_ssl_options(tls_certfile, tls_keyfile, tls_keyfile_password)
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "access_log": access_log,
+        "timeout_graceful_shutdown": 10,
+        **tls,
+    }
+    if workers > 1:
+        if factory is None:
+            raise ValueError("several workers need the app factory as an import string")
+        # The supervisor handles SIGTERM/SIGINT itself: it stops every worker gracefully, then returns.
+        uvicorn.run(factory, factory=True, workers=workers, **options)
+        return
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler that was in place
+    # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    uvicorn.run(app, **options)
