@@ -124,7 +124,7 @@ def bench_load(
 ) -> None:
     """Concurrent studies x iterations against both services under uvicorn workers: throughput,
     p50/p99 latency, errors, peak RSS; every study reconciled afterwards. Exit 1 on any error."""
-    from shared.bench.load import LoadConfig, default_postgres_url
+    from shared.bench.load import LoadBenchError, LoadConfig, default_postgres_url
     from shared.bench.load import main as run
 
     chosen = database or ["sqlite", "postgresql"]
@@ -133,9 +133,16 @@ def bench_load(
         raise typer.BadParameter(
             f"unknown database {unknown}: use sqlite and/or postgresql", param_hint="--database"
         )
+    url = postgres_url or default_postgres_url()
+    if database and "postgresql" in database and not url:
+        raise typer.BadParameter(
+            "PostgreSQL needs a database to create throwaway schemas in: pass --postgres-url "
+            "postgresql+psycopg://user@host:5432/db (or set POBO_BENCH_POSTGRES_URL)",
+            param_hint="--postgres-url",
+        )
     config = LoadConfig(
         databases=chosen,  # type: ignore[arg-type]
-        postgres_url=postgres_url or default_postgres_url(),
+        postgres_url=url,
         workers=workers,
         baseline_workers=baseline_workers or None,
         studies=studies,
@@ -143,7 +150,11 @@ def bench_load(
         n=n,
         seed=seed,
     )
-    report = run(config, json_path=json_path)
+    try:
+        report = run(config, json_path=json_path)
+    except LoadBenchError as exc:
+        typer.echo(f"pobo bench load: {exc}", err=True)
+        raise typer.Exit(2) from None
     if not report["ok"]:
         raise typer.Exit(1)
 

@@ -47,6 +47,10 @@ Database = Literal["sqlite", "postgresql"]
 POSTGRES_ENV = ("POBO_BENCH_POSTGRES_URL", "POBO_TEST_DATABASE_URL")
 
 
+class LoadBenchError(RuntimeError):
+    """The benchmark cannot run as asked (e.g. PostgreSQL unreachable); the message says why."""
+
+
 def default_postgres_url() -> str | None:
     for name in POSTGRES_ENV:
         if os.environ.get(name):
@@ -69,8 +73,11 @@ def _postgres_schema(url: str) -> Iterator[str]:
 
     conninfo = re.sub(r"^postgresql\+\w+://", "postgresql://", url)
     schema = f"pobo_load_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+    except psycopg.Error as exc:
+        raise LoadBenchError(f"cannot create a schema in the PostgreSQL database: {exc}") from None
     sep = "&" if "?" in url else "?"
     try:
         yield f"{url}{sep}options=-csearch_path%3D{schema}"
@@ -352,6 +359,7 @@ class LoadConfig:
 
 def run_benchmark(config: LoadConfig, on_result: Any = None) -> dict[str, Any]:
     """Every (database, worker count) configuration, baseline first; ratios against the baseline."""
+    load_before = list(os.getloadavg())
     baseline = config.baseline_workers
     counts = [w for w in dict.fromkeys([baseline, config.workers]) if w is not None]
     results: list[dict[str, Any]] = []
@@ -382,7 +390,7 @@ def run_benchmark(config: LoadConfig, on_result: Any = None) -> dict[str, Any]:
             }
     setup = {k: v for k, v in asdict(config).items() if k != "postgres_url"}  # a URL may hold a password
     return {
-        "setup": {**setup, "cpu_count": os.cpu_count(), "load_average_before": list(os.getloadavg())},
+        "setup": {**setup, "cpu_count": os.cpu_count(), "load_average_before": load_before},
         "results": results,
         "ok": all(r["errors"] == 0 and r["checks"]["ok"] for r in results),
     }
@@ -392,7 +400,7 @@ def main(config: LoadConfig, json_path: Path | None = None) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 112))  # the table has ten columns: wider than 80
+    console = Console(width=max(Console().width, 120))  # the table has eleven columns: wider than 80
     if "postgresql" in config.databases and not config.postgres_url:
         console.print("[yellow]no PostgreSQL URL (--postgres-url or POBO_BENCH_POSTGRES_URL): SQLite only[/]")
         config = replace(config, databases=[db for db in config.databases if db != "postgresql"])
@@ -419,6 +427,7 @@ def main(config: LoadConfig, json_path: Path | None = None) -> dict[str, Any]:
         "errors",
         "RSS MiB c/m",
         "CPU ms/it c/m",
+        "CPU %",
         "audit",
     )
     for column in headers:
@@ -436,13 +445,15 @@ def main(config: LoadConfig, json_path: Path | None = None) -> dict[str, Any]:
             str(res["errors"]),
             f"{rss['curator']:.0f}/{rss['modeler']:.0f}",
             f"{cpu['curator']:.1f}/{cpu['modeler']:.1f}",
+            f"{res['machine_cpu_percent']:.0f}",
             "[green]ok[/]" if c["ok"] else "[red]FAILED[/]",
         )
     console.print(table)
     console.print(
         "c/m: curator/modeler. RSS: peak of the sum over a service's processes (supervisor + workers). "
-        "CPU: the service's CPU time per iteration. audit: every study complete and reconciled, one charge "
-        f"per iteration. {os.cpu_count()} CPU(s), load average before "
+        "CPU ms/it: the service's CPU time per iteration; CPU %: the whole machine's use during the load (a "
+        "figure near 100 means the machine, not the services, sets the pace). audit: every study complete "
+        f"and reconciled, one charge per iteration. {os.cpu_count()} CPU(s), load average before "
         f"{report['setup']['load_average_before'][0]:.1f}."
     )
     for res in report["results"]:
