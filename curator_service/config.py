@@ -58,7 +58,7 @@ class Settings(BaseSettings):
         default=10,
         ge=0,
         description="Requests with an invalid token one client may make within auth_window_seconds before "
-        "it gets 429 (0: no throttling). In memory, per worker process.",
+        "it gets 429 (0: no throttling). Counted for the whole service, across its workers.",
     )
     auth_window_seconds: float = Field(default=60.0, gt=0, description="Window of the failed-token throttle.")
     cors_origins: list[str] = Field(

@@ -33,7 +33,7 @@ from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.openapi import override_component_schema
-from shared.serving import configure_logging
+from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
 from shared.tls import warn_if_plaintext
 
 logger = logging.getLogger("curator_service")
@@ -286,6 +286,7 @@ def start_up(settings: Settings) -> None:
     """
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # raw rows live here: owner only
     settings.resolve_admin_token()
+    reset_throttle(settings.data_dir)
     db = Database(settings.resolved_database_url())
     try:
         db.migrate()
@@ -346,7 +347,11 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
         )
     app.add_middleware(
-        AuthThrottle, max_failures=settings.auth_max_failures, window_seconds=settings.auth_window_seconds
+        AuthThrottle,
+        max_failures=settings.auth_max_failures,
+        window_seconds=settings.auth_window_seconds,
+        # a worker (the supervisor ran the start-up): count failed tokens with its sibling workers
+        shared_file=None if run_start_up else settings.data_dir / THROTTLE_FILE,
     )
     _document_validation_errors(app)
     return app

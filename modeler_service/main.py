@@ -33,7 +33,7 @@ from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.openapi import override_component_schema
-from shared.serving import configure_logging
+from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
 from shared.tls import warn_if_plaintext
 
 log = logging.getLogger("pobo.modeler")
@@ -143,6 +143,7 @@ def start_up(settings: Settings) -> Recovered:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.resolve_token()
     settings.resolve_secret_key()
+    reset_throttle(settings.data_dir)
     db = Database(settings.resolved_database_url())
     try:
         db.migrate()
@@ -169,6 +170,7 @@ def create_app(
     workers, the one whose claim succeeds first runs each.
     """
     settings = settings or Settings()
+    worker = recovered is not None  # one of several workers: the supervisor ran the start-up work
     if recovered is None:
         recovered = start_up(settings)
     token = settings.resolve_token()
@@ -236,7 +238,10 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(
-        AuthThrottle, max_failures=settings.auth_max_failures, window_seconds=settings.auth_window_seconds
+        AuthThrottle,
+        max_failures=settings.auth_max_failures,
+        window_seconds=settings.auth_window_seconds,
+        shared_file=settings.data_dir / THROTTLE_FILE if worker else None,  # counted with sibling workers
     )
     _document_422(app)
     return app

@@ -7,18 +7,23 @@
   401 ``max_failures`` times within ``window_seconds`` gets 429 with ``Retry-After`` on every
   authenticated request until the window has passed, *even with a correct token*: a token-guessing
   client learns nothing while locked.
-  The state is in memory, per process: with several uvicorn workers the limit applies per worker.
+  The failures are counted in memory (one process) or, with several uvicorn workers, in a small SQLite
+  file the workers share (:class:`SharedFailureLog`), so the limit holds for the service as a whole.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,7 +31,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["AuthThrottle", "BodyLimit"]
+__all__ = ["AuthThrottle", "BodyLimit", "FailureLog", "MemoryFailureLog", "SharedFailureLog"]
+
+logger = logging.getLogger("pobo.guards")
 
 
 async def _send_json(send: Send, status: int, detail: str, headers: Iterable[tuple[str, str]] = ()) -> None:
@@ -95,32 +102,27 @@ class BodyLimit:
         await self.app(scope, counting_receive, tracking_send)
 
 
-class AuthThrottle:
-    """429 for a client after ``max_failures`` 401 answers within ``window_seconds`` (see module doc)."""
+class FailureLog(Protocol):
+    """Where :class:`AuthThrottle` counts failed-token answers per client."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        max_failures: int,
-        window_seconds: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.app = app
+    def locked_for(self, client: str, now: float) -> float:
+        """Seconds the client stays locked (0: not locked)."""
+
+    def record(self, client: str, now: float) -> None:
+        """One more failed-token answer for ``client`` at time ``now``."""
+
+
+class MemoryFailureLog:
+    """Failures in this process's memory (one process, or a limit per worker)."""
+
+    def __init__(self, *, max_failures: int, window_seconds: float) -> None:
         self.max_failures = max_failures
         self.window = window_seconds
-        self.clock = clock
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _client(scope: Scope) -> str:
-        client = scope.get("client")
-        return str(client[0]) if client else "unknown"
-
-    def _locked_for(self, client: str, now: float) -> float:
-        """Seconds the client stays locked (0: not locked); forgets failures older than the window."""
-        with self._lock:
+    def locked_for(self, client: str, now: float) -> float:
+        with self._lock:  # (forgets failures older than the window)
             q = self._failures.get(client)
             if not q:
                 return 0.0
@@ -133,12 +135,111 @@ class AuthThrottle:
                 return q[-1] + self.window - now
             return 0.0
 
-    def _record_failure(self, client: str, now: float) -> None:
+    def record(self, client: str, now: float) -> None:
         with self._lock:
             if len(self._failures) > 100_000:  # bounded memory under a flood of distinct addresses
                 self._failures.clear()
             q = self._failures.setdefault(client, deque(maxlen=self.max_failures))
             q.append(now)
+
+
+class SharedFailureLog:
+    """Failures in a SQLite file shared by the worker processes of one service (times: wall clock).
+
+    Reads never wait for writers (WAL); a write is one small insert, not fsync'd (a throttle need not
+    survive a crash; the service deletes the file at start-up). Should the file fail, the throttle goes
+    on counting in this process's memory rather than let a guessing client through unthrottled.
+    """
+
+    def __init__(self, path: Path, *, max_failures: int, window_seconds: float) -> None:
+        self.path = path
+        self.max_failures = max_failures
+        self.window = window_seconds
+        self._fallback = MemoryFailureLog(max_failures=max_failures, window_seconds=window_seconds)
+        self._local = threading.local()
+        self._failed = False
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=2.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=OFF")
+            conn.execute("CREATE TABLE IF NOT EXISTS failures (client TEXT NOT NULL, at REAL NOT NULL)")
+            conn.execute("CREATE INDEX IF NOT EXISTS failures_client_at ON failures (client, at)")
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _give_up(self, exc: sqlite3.Error) -> None:
+        if not self._failed:
+            self._failed = True
+            logger.warning(
+                "the shared failed-token log %s failed (%s); counting per worker process from now on",
+                self.path.name,
+                type(exc).__name__,
+            )
+
+    def locked_for(self, client: str, now: float) -> float:
+        if self._failed:
+            return self._fallback.locked_for(client, now)
+        try:
+            count, last = (
+                self._conn()
+                .execute(
+                    "SELECT count(*), max(at) FROM failures WHERE client = ? AND at > ?",
+                    (client, now - self.window),
+                )
+                .fetchone()
+            )
+        except sqlite3.Error as exc:
+            self._give_up(exc)
+            return self._fallback.locked_for(client, now)
+        return float(last) + self.window - now if count >= self.max_failures else 0.0
+
+    def record(self, client: str, now: float) -> None:
+        self._fallback.record(client, now)  # kept in step, for the case the file fails later
+        if self._failed:
+            return
+        try:
+            conn = self._conn()
+            conn.execute("INSERT INTO failures (client, at) VALUES (?, ?)", (client, now))
+            conn.execute("DELETE FROM failures WHERE at <= ?", (now - self.window,))  # bounded size
+        except sqlite3.Error as exc:
+            self._give_up(exc)
+
+
+class AuthThrottle:
+    """429 for a client after ``max_failures`` 401 answers within ``window_seconds`` (see module doc).
+
+    ``shared_file``: count in that SQLite file, shared by the service's worker processes (wall clock);
+    otherwise in memory (``clock``, monotonic by default).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_failures: int,
+        window_seconds: float,
+        clock: Callable[[], float] | None = None,
+        shared_file: Path | None = None,
+    ) -> None:
+        self.app = app
+        self.max_failures = max_failures
+        self.failures: FailureLog
+        if shared_file is not None:
+            self.clock = clock or time.time
+            self.failures = SharedFailureLog(
+                shared_file, max_failures=max_failures, window_seconds=window_seconds
+            )
+        else:
+            self.clock = clock or time.monotonic
+            self.failures = MemoryFailureLog(max_failures=max_failures, window_seconds=window_seconds)
+
+    @staticmethod
+    def _client(scope: Scope) -> str:
+        client = scope.get("client")
+        return str(client[0]) if client else "unknown"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.max_failures <= 0:
@@ -147,7 +248,7 @@ class AuthThrottle:
         has_auth = any(name == b"authorization" for name, _ in scope.get("headers", []))
         client = self._client(scope)
         if has_auth:
-            wait = self._locked_for(client, self.clock())
+            wait = self.failures.locked_for(client, self.clock())
             if wait > 0:
                 await _send_json(
                     send,
@@ -160,7 +261,7 @@ class AuthThrottle:
 
         async def watching_send(message: Message) -> None:
             if has_auth and message["type"] == "http.response.start" and message["status"] == 401:
-                self._record_failure(client, self.clock())
+                self.failures.record(client, self.clock())
             await send(message)
 
         await self.app(scope, receive, watching_send)

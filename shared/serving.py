@@ -20,6 +20,17 @@ from shared.tls import uvicorn_ssl_options
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d]: %(message)s"
 
+#: The failed-token log the workers of one service share (``shared.asgi_guards.SharedFailureLog``), in its
+#: data dir; deleted by the start-up work, so every start begins with a clean slate.
+THROTTLE_FILE = "auth-failures.db"
+
+
+def reset_throttle(data_dir: Path) -> None:
+    """Delete the shared failed-token log (and its WAL files); start-up work, before any worker runs."""
+    for suffix in ("", "-wal", "-shm"):
+        (data_dir / f"{THROTTLE_FILE}{suffix}").unlink(missing_ok=True)
+
+
 #: Description of both services' ``workers`` setting.
 WORKERS_HELP = (
     "uvicorn worker processes. Above 1, start-up work (migrations, crash recovery) runs once in the "

@@ -71,15 +71,15 @@ def _seed_curator(client: TestClient) -> str:
 # ------------------------------------------------------------------------------------------ throttling
 
 
+async def _token_app(scope: Any, receive: Any, send: Any) -> None:
+    ok = dict(scope["headers"]).get(b"authorization") == b"Bearer good"
+    await send({"type": "http.response.start", "status": 200 if ok else 401, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
 def test_throttle_unit_window_and_lock() -> None:
     now = [0.0]
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        ok = dict(scope["headers"]).get(b"authorization") == b"Bearer good"
-        await send({"type": "http.response.start", "status": 200 if ok else 401, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-    guard = AuthThrottle(app, max_failures=3, window_seconds=10, clock=lambda: now[0])
+    guard = AuthThrottle(_token_app, max_failures=3, window_seconds=10, clock=lambda: now[0])
     client = TestClient(guard)  # type: ignore[arg-type]
     assert [client.get("/", headers={"Authorization": "Bearer bad"}).status_code for _ in range(3)] == [
         401
@@ -89,6 +89,38 @@ def test_throttle_unit_window_and_lock() -> None:
     assert client.get("/").status_code == 401  # no token: not throttled (nothing to guess), not counted
     now[0] = 10.5  # the window passed: the correct token works again
     assert client.get("/", headers={"Authorization": "Bearer good"}).status_code == 200
+
+
+def test_shared_throttle_counts_across_workers(tmp_path: Path) -> None:
+    """Two guards on one shared file (two worker processes): failures at either count for both."""
+    now = [1_800_000_000.0]
+    file = tmp_path / "auth-failures.db"
+    workers = [
+        TestClient(
+            AuthThrottle(
+                _token_app, max_failures=4, window_seconds=10, clock=lambda: now[0], shared_file=file
+            )
+        )  # type: ignore[arg-type]
+        for _ in range(2)
+    ]
+    bad = {"Authorization": "Bearer bad"}
+    codes = [workers[i % 2].get("/", headers=bad).status_code for i in range(4)]  # 2 failures at each
+    assert codes == [401] * 4
+    for worker in workers:  # each alone saw only 2 of the 4: a per-process count would not lock yet
+        locked = worker.get("/", headers={"Authorization": "Bearer good"})
+        assert locked.status_code == 429 and locked.headers["retry-after"] == "10"
+    now[0] += 10.5
+    assert all(w.get("/", headers={"Authorization": "Bearer good"}).status_code == 200 for w in workers)
+
+
+def test_shared_throttle_falls_back_to_memory_when_its_file_fails(tmp_path: Path) -> None:
+    unusable = tmp_path / "missing-dir" / "auth-failures.db"  # sqlite cannot create it
+    guard = AuthThrottle(_token_app, max_failures=2, window_seconds=10, shared_file=unusable)
+    client = TestClient(guard)  # type: ignore[arg-type]
+    assert [client.get("/", headers={"Authorization": "Bearer bad"}).status_code for _ in range(2)] == [
+        401
+    ] * 2
+    assert client.get("/", headers={"Authorization": "Bearer good"}).status_code == 429  # still throttled
 
 
 @pytest.mark.parametrize("service", ["curator", "modeler"])
