@@ -86,7 +86,7 @@ def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> It
         yield s
     finally:
         s.modeler.stop()
-        curator.stop()
+        s.curator.stop()  # (a test may have replaced it by a restarted one)
         if schema is not None:
             engine = create_engine(PG_URL)  # type: ignore[arg-type]
             with engine.begin() as conn:
