@@ -34,7 +34,6 @@ from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.openapi import override_component_schema
 from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
-from shared.tls import warn_if_plaintext
 
 logger = logging.getLogger("curator_service")
 
@@ -389,22 +388,14 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
     """``pobo curator serve``: settings from the environment, start-up work once, then uvicorn."""
     configure_logging()
     settings = Settings()
-    bind = host or settings.host
-    n_workers = workers if workers is not None else settings.workers
-    warn_if_plaintext(logger, bind, tls=settings.tls_enabled, service="curator", prefix="POBO_CURATOR_")
-    password = settings.tls_keyfile_password
-    if n_workers > 1:
-        start_up(settings)
-        app = None
-    else:
-        app = create_app(settings)
-    serving.run(
-        app,
+    serving.serve(
+        settings,
+        service="curator",
+        logger=logger,
+        host=host,
+        port=port,
+        workers=workers,
+        single_app=lambda: create_app(settings),
+        before_workers=lambda: start_up(settings),
         factory="curator_service.main:worker_app",
-        workers=n_workers,
-        host=bind,
-        port=port if port is not None else settings.port,
-        tls_certfile=settings.tls_certfile,
-        tls_keyfile=settings.tls_keyfile,
-        tls_keyfile_password=password.get_secret_value() if password else None,
     )

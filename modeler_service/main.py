@@ -34,7 +34,6 @@ from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.openapi import override_component_schema
 from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
-from shared.tls import warn_if_plaintext
 
 log = logging.getLogger("pobo.modeler")
 
@@ -280,23 +279,19 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
     """``pobo modeler serve``: start-up work once, then serve with uvicorn until SIGINT/SIGTERM."""
     configure_logging()
     settings = Settings()
-    bind = host or settings.host
-    n_workers = workers if workers is not None else settings.workers
-    warn_if_plaintext(log, bind, tls=settings.tls_enabled, service="modeler", prefix="POBO_MODELER_")
-    password = settings.tls_keyfile_password
-    if n_workers > 1:
+
+    def before_workers() -> None:
         os.environ[RECOVERED_ENV] = start_up(settings).to_env()  # inherited by the spawned workers
-        app = None
-    else:
-        app = create_app(settings)
-    serving.run(
-        app,
+
+    serving.serve(
+        settings,
+        service="modeler",
+        logger=log,
+        host=host,
+        port=port,
+        workers=workers,
+        single_app=lambda: create_app(settings),
+        before_workers=before_workers,
         factory="modeler_service.main:worker_app",
-        workers=n_workers,
-        host=bind,
-        port=port if port is not None else settings.port,
-        tls_certfile=settings.tls_certfile,
-        tls_keyfile=settings.tls_keyfile,
-        tls_keyfile_password=password.get_secret_value() if password else None,
         access_log=settings.access_log,
     )

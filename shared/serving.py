@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from shared.tls import uvicorn_ssl_options
+from pydantic import SecretStr
+
+from shared.tls import uvicorn_ssl_options, warn_if_plaintext
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d]: %(message)s"
 
@@ -83,3 +86,55 @@ def run(
     # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(app, **options)
+
+
+class ServiceSettings(Protocol):
+    """What ``serve`` reads of either service's settings."""
+
+    host: str
+    port: int
+    workers: int
+    tls_certfile: Path | None
+    tls_keyfile: Path | None
+    tls_keyfile_password: SecretStr | None
+
+    @property
+    def tls_enabled(self) -> bool: ...
+
+
+def serve(
+    settings: ServiceSettings,
+    *,
+    service: str,
+    logger: logging.Logger,
+    host: str | None,
+    port: int | None,
+    workers: int | None,
+    single_app: Callable[[], Any],
+    before_workers: Callable[[], None],
+    factory: str,
+    access_log: bool = True,
+) -> None:
+    """``pobo <service> serve``: one process (``single_app()`` builds the app, start-up work included), or
+    ``before_workers()`` (the start-up work) once, then ``workers`` processes building ``factory``."""
+    bind = host or settings.host
+    n_workers = workers if workers is not None else settings.workers
+    prefix = f"POBO_{service.upper()}_"
+    warn_if_plaintext(logger, bind, tls=settings.tls_enabled, service=service, prefix=prefix)
+    if n_workers > 1:
+        before_workers()
+        app = None
+    else:
+        app = single_app()
+    password = settings.tls_keyfile_password
+    run(
+        app,
+        factory=factory,
+        workers=n_workers,
+        host=bind,
+        port=port if port is not None else settings.port,
+        tls_certfile=settings.tls_certfile,
+        tls_keyfile=settings.tls_keyfile,
+        tls_keyfile_password=password.get_secret_value() if password else None,
+        access_log=access_log,
+    )

@@ -103,26 +103,25 @@ def install(engine: Any, listen: Callable[..., None], turns: WriterTurns, *, beg
         if info.pop(_HOLDS_TURN, False):
             turns.release()
 
-    def end_of_connection(_dbapi_connection: Any, connection_record: Any, *_: Any) -> None:
+    def end_of_connection(connection_record: Any) -> None:
         if connection_record is not None:
             end_turn(connection_record.info)
 
     # (the pool's listeners take their documented arguments: SQLAlchemy inspects the signature)
     def reset(dbapi_connection: Any, connection_record: Any, reset_state: Any) -> None:
-        end_of_connection(dbapi_connection, connection_record)
+        end_of_connection(connection_record)
 
     def invalidate(dbapi_connection: Any, connection_record: Any, exception: Any) -> None:
-        end_of_connection(dbapi_connection, connection_record)
+        end_of_connection(connection_record)
 
     def checkin(dbapi_connection: Any, connection_record: Any) -> None:
-        end_of_connection(dbapi_connection, connection_record)
-
-    listen(engine, "begin", begin)
+        end_of_connection(connection_record)
 
     def end_of_transaction(conn: Any) -> None:
         if not conn.invalidated:  # (``info`` of an invalidated connection would try to reconnect; its
             end_turn(conn.info)  # turn ended with the invalidation)
 
+    listen(engine, "begin", begin)
     listen(engine, "commit", end_of_transaction)
     listen(engine, "rollback", end_of_transaction)
     # A connection that leaves mid-transaction (reset on return, invalidated, checked in, closed) ends
