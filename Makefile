@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pobo-installed
 
-.PHONY: demo test lint bench bench-perf clean
+.PHONY: demo test lint docs bench bench-perf clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/ruff check .
+
+docs: $(STAMP)
+	$(BIN)/python -m shared.apidocs --write
 
 bench: $(STAMP)
 	$(BIN)/pobo bench synthetic --runs 50 --json bench-synthetic.json --plot bench-synthetic.png

@@ -111,7 +111,9 @@ def run(
 
                 thread = threading.Thread(target=poll)
                 thread.start()
-                rel = client.post(f"/v1/datasets/{ds}/releases", json={"epsilon": 1.0, "delta": 1e-5, "r": r})
+                # the default Gaussian release, projected to r < cols; delta well below 1/n
+                body = {"epsilon": 1.0, "delta": min(1e-5, 0.1 / rows), "r": r if r < cols else None}
+                rel = client.post(f"/v1/datasets/{ds}/releases", json=body)
                 done.set()
                 thread.join()
             release_s = time.perf_counter() - t0

@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 import curator_service
 from shared import sqlite_turns
+from shared.servicekit.migrations import run_migrations
 
 #: alembic environment of this service: <repo>/migrations/curator (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(curator_service.__file__).resolve().parent.parent / "migrations" / "curator"
@@ -107,7 +107,4 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             f"the curator's alembic environment is missing at {MIGRATIONS_DIR}; install pobo from its source "
             "tree (pip install -e .) so that <source>/migrations/curator is present"
         )
-    cfg = alembic_config()
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    run_migrations(engine, alembic_config(), revision=revision)

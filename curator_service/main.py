@@ -21,13 +21,16 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from curator_service import csvparse, service
+from curator_service import csvparse
 from curator_service.api.deps import Components
 from curator_service.api.routes import access_log, datasets, health, partners, queries, releases
 from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import CuratorError
 from curator_service.models import AccessLog
+from curator_service.services import datasets as dataset_service
+from curator_service.services import queries as query_service
+from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
 from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
@@ -42,8 +45,8 @@ The **curator** holds the sensitive rows (a hospital, a bank). This service turn
 differentially private release, gives a partner (the modeler) scoped access to it, and answers
 "what is the outcome of row *i*?" — without ever letting a raw row out.
 
-**Flow.** `POST /v1/datasets` (upload a CSV) → `GET /v1/datasets/{id}/privacy` (sigma_min, which r are
-feasible) → `POST /v1/datasets/{id}/releases` (spends budget; Algorithm 1 of PO-GP-UCB) →
+**Flow.** `POST /v1/datasets` (upload a CSV) → `GET /v1/datasets/{id}/privacy` (what a release protects,
+in your units) → `POST /v1/datasets/{id}/releases` (spends budget; the Gaussian mechanism by default) →
 `POST /v1/partners` (a token granted that release, with a query quota) → the partner downloads
 `GET /v1/releases/{id}/rows` and asks `POST /v1/releases/{id}/queries`.
 
@@ -51,8 +54,12 @@ feasible) → `POST /v1/datasets/{id}/releases` (spends budget; Algorithm 1 of P
 `POBO_CURATOR_ADMIN_TOKEN`, or generated on first start into `<data dir>/admin-token`) or a partner token.
 Missing/wrong token: 401. A partner token on an admin endpoint or an ungranted release: 403.
 
-**The privacy unit and `scaling`.** The guarantee protects one row changing by Euclidean norm <= 1 *in
-the units of the features as released*. The upload's `scaling` decides those units:
+**The guarantee.** The default release (`mechanism: "gaussian"`) is (epsilon, delta)-differentially
+private for one person's row whose released features move by Euclidean norm <= 1 *in scaled units* (other
+columns may differ arbitrarily). The paper's Algorithm 1 (`mechanism: "po-gp-ucb"`) is NOT differentially
+private when n > d + 1 (its output lies in the column space of the data); it is released only with
+`"acknowledge_no_guarantee": true` and recorded with `formal_guarantee: false`. Outcomes answered to a
+partner are disclosed as they are. The upload's `scaling` decides the units:
 
 * `none` (default): the curator's own units are the DP unit.
 * a JSON object `{"feature": s, ...}`: column j is divided by the declared scale s_j before anything else
@@ -62,8 +69,10 @@ the units of the features as released*. The upload's `scaling` decides those uni
   its experiments). The factor is computed from the data itself, so such releases are **outside the
   formal (epsilon, delta) guarantee**; the dataset and every release record it (`formal_guarantee: false`).
 
-**Budget.** Each dataset has an (epsilon, delta) budget; releases compose basically (the epsilons add up,
-so do the deltas). A release that would exceed it is refused with 409 and nothing is written.
+**Budget.** Each dataset belongs to a population (the people in its rows: declared with `population`, or
+found when the same rows are uploaded again), and the population has one (epsilon, delta) budget for all its
+datasets; releases compose basically (the epsilons add up, so do the deltas). A release that would exceed
+it is refused with 409 and nothing is written. delta >= 1/n needs `"allow_large_delta": true`.
 
 Errors are `{"detail": "<message>"}`; no response ever contains a raw feature value.
 """
@@ -128,9 +137,7 @@ class UploadGuard:
             )
             return
         c = self.components
-        principal = await anyio.to_thread.run_sync(
-            service.authenticate, c.db, c.admin_token_hash, token.strip()
-        )
+        principal = await anyio.to_thread.run_sync(authenticate, c.db, c.admin_token_hash, token.strip())
         if principal is None:
             await _send_json(
                 scope, receive, send, 401, "invalid or revoked token", {"WWW-Authenticate": "Bearer"}
@@ -244,10 +251,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         parts: list[str] = []
         for err in exc.errors():
             loc = [str(p) for p in err.get("loc", ())]
-            where = ".".join(loc[1:] if len(loc) > 1 else loc) or "request"
             section = loc[0] if loc else "request"
-            message = str(err.get("msg", "invalid value"))
-            parts.append(f"{section} field '{where}': {message}")
+            message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+            if len(loc) > 1:
+                parts.append(f"{section} field '{'.'.join(loc[1:])}': {message}")
+            else:  # a check across fields (a model validator): no single field to name
+                parts.append(f"{section}: {message}")
             errors.append({"loc": loc, "msg": message, "type": err.get("type")})
         detail = "invalid request: " + "; ".join(parts)
         return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
@@ -290,8 +299,8 @@ def start_up(settings: Settings) -> None:
     try:
         db.migrate()
         store = ArrayStore(settings.data_dir)
-        service.sweep_orphans(db, store, settings.orphan_min_age_seconds)
-        service.recover_pending_queries(db, store)
+        dataset_service.sweep_orphans(db, store, settings.orphan_min_age_seconds)
+        query_service.recover_pending_queries(db, store)
     finally:
         db.dispose()
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -71,11 +72,28 @@ class Base(DeclarativeBase):
     }
 
 
+class Population(Base):
+    """The people behind one or more datasets. The (epsilon, delta) budget is theirs: every release of any
+    of its datasets is charged here, so uploading the same people again never yields a fresh budget."""
+
+    __tablename__ = "curator_populations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    #: Set when the curator declared the population by name (upload field ``population``); else NULL.
+    name: Mapped[str | None] = mapped_column(String(200), unique=True)
+    epsilon_budget: Mapped[float]
+    delta_budget: Mapped[float]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Dataset(Base):
     __tablename__ = "curator_datasets"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
+    population_id: Mapped[int] = mapped_column(ForeignKey("curator_populations.id"), index=True)
+    #: Why the dataset belongs to its population ("declared", "identical rows as dataset 3", ...).
+    population_reason: Mapped[str | None] = mapped_column(String(300))
     n: Mapped[int]
     d: Mapped[int]
     features: Mapped[list[str]]
@@ -91,30 +109,40 @@ class Dataset(Base):
     features_sha256: Mapped[str] = mapped_column(String(64))
     outcomes_path: Mapped[str | None] = mapped_column(String(500))
     outcomes_sha256: Mapped[str | None] = mapped_column(String(64))
+    #: Order-independent content hashes of the raw feature rows and columns (``fingerprint.py``); NULL for
+    #: uploads made before populations existed.
+    rows_hash: Mapped[str | None] = mapped_column(String(32))
+    column_hashes: Mapped[list[str | None] | None] = mapped_column(JSON)
     #: Cached sigma_min of the centred, scaled features (data-dependent, curator-private, immutable).
     sigma_min: Mapped[float | None]
-    epsilon_budget: Mapped[float]
-    delta_budget: Mapped[float]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Release(Base):
-    """An immutable (epsilon, delta)-DP release Z of one dataset. M and any seed are never stored."""
+    """An immutable release Z of one dataset. M, the noise and any seed are never stored.
+
+    ``mechanism``: ``gaussian`` (the default; ``noise_std`` set) or ``po-gp-ucb`` (the paper's Algorithm 1;
+    ``lift``, ``lifted``, ``omega``, ``sigma_min`` set; no formal guarantee).
+    """
 
     __tablename__ = "curator_releases"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("curator_datasets.id"), index=True)
+    mechanism: Mapped[str] = mapped_column(String(16))
     n: Mapped[int]
     r: Mapped[int]
     epsilon: Mapped[float]
     delta: Mapped[float]
-    lift: Mapped[str] = mapped_column(String(16))
-    lifted: Mapped[bool] = mapped_column(Boolean)
-    omega: Mapped[float]
-    sigma_min: Mapped[float]
+    noise_std: Mapped[float | None]
+    lift: Mapped[str | None] = mapped_column(String(16))
+    lifted: Mapped[bool | None] = mapped_column(Boolean)
+    omega: Mapped[float | None]
+    sigma_min: Mapped[float | None]
     scaling: Mapped[dict[str, Any]]
     formal_guarantee: Mapped[bool] = mapped_column(Boolean)
+    allow_large_delta: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    acknowledged_no_guarantee: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     z_path: Mapped[str] = mapped_column(String(500))
     sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -124,19 +152,23 @@ class Release(Base):
 
 
 class LedgerEntry(Base):
-    """One spend of a dataset's privacy budget (basic composition: the epsilons and deltas add up).
+    """One spend of a population's privacy budget (basic composition: the epsilons and deltas add up).
 
     ``reserved`` while the release is being computed (it already counts against the budget), ``spent``
-    once the release is stored (in the same transaction as the release row).
+    once the release is stored (in the same transaction as the release row). ``native`` keeps the
+    mechanism's own parameters (the Gaussian release's noise multiplier) for tighter accountants.
     """
 
     __tablename__ = "curator_ledger_entries"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    population_id: Mapped[int] = mapped_column(ForeignKey("curator_populations.id"), index=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("curator_datasets.id"), index=True)
     release_id: Mapped[int | None] = mapped_column(ForeignKey("curator_releases.id"), unique=True)
+    mechanism: Mapped[str] = mapped_column(String(16))
     epsilon: Mapped[float]
     delta: Mapped[float]
+    native: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -172,6 +204,7 @@ class Query(Base):
     __tablename__ = "curator_queries"
     __table_args__ = (
         UniqueConstraint("partner_id", "idempotency_key"),
+        UniqueConstraint("release_id", "chain_seq"),  # one link per chain position (migration 0002)
         Index("ix_curator_queries_release_id_id", "release_id", "id"),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import (
@@ -14,6 +14,7 @@ from curator_service.models import (
     Grant,
     LedgerEntry,
     Partner,
+    Population,
     Query,
     Release,
     utcnow,
@@ -29,17 +30,6 @@ def add(session: Session, obj: object) -> None:
 
 def get_dataset(session: Session, dataset_id: int) -> Dataset | None:
     return session.get(Dataset, dataset_id)
-
-
-def lock_dataset(session: Session, dataset_id: int) -> Dataset | None:
-    """The dataset row, locked for the rest of the transaction.
-
-    PostgreSQL: ``SELECT ... FOR UPDATE`` (concurrent ledger transactions on the same dataset queue here).
-    SQLite: the clause is ignored; the caller's session is a write session, whose ``BEGIN IMMEDIATE`` holds
-    the database write lock for the whole transaction, which serialises the same way.
-    """
-    stmt = select(Dataset).where(Dataset.id == dataset_id).with_for_update()
-    return session.execute(stmt).scalar_one_or_none()
 
 
 def list_datasets(session: Session) -> Sequence[Dataset]:
@@ -64,26 +54,78 @@ def all_array_paths(session: Session) -> set[str]:
     return paths
 
 
+def datasets_with_rows(session: Session, n: int) -> Sequence[Dataset]:
+    """Datasets of exactly n rows (candidates for "the same people" at upload)."""
+    return session.scalars(select(Dataset).where(Dataset.n == n).order_by(Dataset.id)).all()
+
+
+# ------------------------------------------------------------------------------------------- populations
+
+#: Serialises "find or create the population" across concurrent uploads on PostgreSQL ("pobopopu").
+_POPULATION_LOCK_KEY = 0x706F626F_706F7075
+
+
+def lock_population_lookup(session: Session) -> None:
+    """Hold, until the transaction ends, the right to look a population up and create it if missing.
+
+    PostgreSQL: a transaction-scoped advisory lock. SQLite: the upload's write session already holds the
+    database write lock (``BEGIN IMMEDIATE``), which serialises the same way.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _POPULATION_LOCK_KEY})
+
+
+def get_population(session: Session, population_id: int) -> Population | None:
+    return session.get(Population, population_id)
+
+
+def get_population_by_name(session: Session, name: str) -> Population | None:
+    return session.scalars(select(Population).where(Population.name == name)).one_or_none()
+
+
+def lock_population(session: Session, population_id: int) -> Population | None:
+    """The population row, locked for the rest of the transaction.
+
+    PostgreSQL: ``SELECT ... FOR UPDATE`` (concurrent ledger transactions on one population queue here, even
+    when they release different datasets of it). SQLite: the clause is ignored; the caller's write session
+    (``BEGIN IMMEDIATE``) holds the database write lock for the whole transaction, which serialises the same
+    way.
+    """
+    stmt = select(Population).where(Population.id == population_id).with_for_update()
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def list_populations(session: Session) -> Sequence[Population]:
+    return session.scalars(select(Population).order_by(Population.id)).all()
+
+
+def dataset_ids_by_population(session: Session) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for pid, did in session.execute(select(Dataset.population_id, Dataset.id).order_by(Dataset.id)):
+        out.setdefault(int(pid), []).append(int(did))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ ledger
 
 
-def ledger_totals(session: Session, dataset_id: int) -> tuple[float, float]:
+def ledger_totals(session: Session, population_id: int) -> tuple[float, float]:
     """(sum of epsilons, sum of deltas) of every reserved or spent entry: basic composition."""
     eps, delta = session.execute(
         select(
             func.coalesce(func.sum(LedgerEntry.epsilon), 0.0), func.coalesce(func.sum(LedgerEntry.delta), 0.0)
-        ).where(LedgerEntry.dataset_id == dataset_id)
+        ).where(LedgerEntry.population_id == population_id)
     ).one()
     return float(eps), float(delta)
 
 
-def ledger_totals_by_dataset(session: Session) -> dict[int, tuple[float, float]]:
+def ledger_totals_by_population(session: Session) -> dict[int, tuple[float, float]]:
     rows = session.execute(
-        select(LedgerEntry.dataset_id, func.sum(LedgerEntry.epsilon), func.sum(LedgerEntry.delta)).group_by(
-            LedgerEntry.dataset_id
-        )
+        select(
+            LedgerEntry.population_id, func.sum(LedgerEntry.epsilon), func.sum(LedgerEntry.delta)
+        ).group_by(LedgerEntry.population_id)
     ).all()
-    return {int(ds): (float(e), float(d)) for ds, e, d in rows}
+    return {int(pid): (float(e), float(d)) for pid, e, d in rows}
 
 
 def get_ledger_entry(session: Session, entry_id: int) -> LedgerEntry | None:
@@ -94,9 +136,9 @@ def delete_ledger_entry(session: Session, entry_id: int) -> None:
     session.execute(delete(LedgerEntry).where(LedgerEntry.id == entry_id, LedgerEntry.status == "reserved"))
 
 
-def list_ledger(session: Session, dataset_id: int) -> Sequence[LedgerEntry]:
+def list_ledger(session: Session, population_id: int) -> Sequence[LedgerEntry]:
     return session.scalars(
-        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
+        select(LedgerEntry).where(LedgerEntry.population_id == population_id).order_by(LedgerEntry.id)
     ).all()
 
 

@@ -3,13 +3,8 @@ this module re-exports them, adds the curator-only ones and converts ORM rows to
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
-
-from pydantic import BaseModel
-
-from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Query, Release
-from curator_service.service import scaling_public
+from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Population, Query, Release
+from curator_service.services.scaling import scaling_public
 from shared.schemas import (
     AccessLogEntry,
     AccessLogPublic,
@@ -17,10 +12,15 @@ from shared.schemas import (
     DatasetsPublic,
     GrantCreate,
     Health,
+    LedgerEntryPublic,
+    LedgerPublic,
     PartnerCreate,
     PartnerCreated,
     PartnerPublic,
     PartnersPublic,
+    PopulationBudget,
+    PopulationPublic,
+    PopulationsPublic,
     PrivacyReport,
     PrivacyRow,
     QueriesPublic,
@@ -48,6 +48,9 @@ __all__ = [
     "PartnerCreated",
     "PartnerPublic",
     "PartnersPublic",
+    "PopulationBudget",
+    "PopulationPublic",
+    "PopulationsPublic",
     "PrivacyReport",
     "PrivacyRow",
     "QueriesPublic",
@@ -63,28 +66,13 @@ __all__ = [
 ]
 
 
-class LedgerEntryPublic(BaseModel):
-    id: int
-    release_id: int | None
-    epsilon: float
-    delta: float
-    status: Literal["reserved", "spent"]
-    created_at: datetime
-
-
-class LedgerPublic(BaseModel):
-    dataset_id: int
-    epsilon_budget: float
-    delta_budget: float
-    epsilon_spent: float
-    delta_spent: float
-    entries: list[LedgerEntryPublic]
-
-
-def dataset_public(ds: Dataset, spent: tuple[float, float]) -> DatasetPublic:
+def dataset_public(ds: Dataset, population: Population, spent: tuple[float, float]) -> DatasetPublic:
     return DatasetPublic(
         id=ds.id,
         name=ds.name,
+        population_id=population.id,
+        population_name=population.name,
+        population_reason=ds.population_reason,
         n=ds.n,
         d=ds.d,
         features=list(ds.features),
@@ -94,11 +82,27 @@ def dataset_public(ds: Dataset, spent: tuple[float, float]) -> DatasetPublic:
         scaling=ScalingInfo(**scaling_public(ds.scaling)),
         sha256=ds.csv_sha256,
         features_sha256=ds.features_sha256,
-        epsilon_budget=ds.epsilon_budget,
-        delta_budget=ds.delta_budget,
+        epsilon_budget=population.epsilon_budget,
+        delta_budget=population.delta_budget,
         epsilon_spent=spent[0],
         delta_spent=spent[1],
         created_at=ds.created_at,
+    )
+
+
+def population_public(
+    p: Population, dataset_ids: list[int], spent: tuple[float, float], epsilon_pld: float | None = None
+) -> PopulationPublic:
+    return PopulationPublic(
+        id=p.id,
+        name=p.name,
+        dataset_ids=dataset_ids,
+        epsilon_budget=p.epsilon_budget,
+        delta_budget=p.delta_budget,
+        epsilon_spent=spent[0],
+        delta_spent=spent[1],
+        epsilon_pld=epsilon_pld,
+        created_at=p.created_at,
     )
 
 
@@ -107,10 +111,13 @@ def release_public(rel: Release) -> ReleasePublic:
     return ReleasePublic(
         id=rel.id,
         dataset_id=rel.dataset_id,
+        mechanism=rel.mechanism,  # type: ignore[arg-type]
+        formal_guarantee=rel.formal_guarantee,
         n=rel.n,
         r=rel.r,
         epsilon=rel.epsilon,
         delta=rel.delta,
+        noise_std=rel.noise_std,
         lift=rel.lift,  # type: ignore[arg-type]
         omega=rel.omega,
         sha256=rel.sha256,
@@ -124,7 +131,8 @@ def release_detail(rel: Release) -> ReleaseDetail:
         lifted=rel.lifted,
         sigma_min=rel.sigma_min,
         scaling=ScalingInfo(**scaling_public(rel.scaling)),
-        formal_guarantee=rel.formal_guarantee,
+        allow_large_delta=rel.allow_large_delta,
+        acknowledged_no_guarantee=rel.acknowledged_no_guarantee,
     )
 
 
@@ -157,9 +165,12 @@ def query_public(q: Query) -> QueryPublic:
 def ledger_entry_public(e: LedgerEntry) -> LedgerEntryPublic:
     return LedgerEntryPublic(
         id=e.id,
+        dataset_id=e.dataset_id,
         release_id=e.release_id,
+        mechanism=e.mechanism,
         epsilon=e.epsilon,
         delta=e.delta,
+        native=e.native,
         status=e.status,  # type: ignore[arg-type]
         created_at=e.created_at,
     )

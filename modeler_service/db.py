@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -22,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import modeler_service
 from shared import sqlite_turns
+from shared.servicekit.migrations import run_migrations
 
 #: alembic environment of this service: <repo>/migrations/modeler (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(modeler_service.__file__).resolve().parent.parent / "migrations" / "modeler"
@@ -97,10 +97,7 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """``alembic upgrade head`` on this engine (idempotent; run at every start-up)."""
-    cfg = alembic_config()
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    run_migrations(engine, alembic_config(), revision=revision)
 
 
 @contextmanager

@@ -91,8 +91,11 @@ class Study(Base):
     r: Mapped[int] = mapped_column(Integer)
     release_epsilon: Mapped[float] = mapped_column(Double)
     release_delta: Mapped[float] = mapped_column(Double)
-    release_lift: Mapped[str] = mapped_column(String(16))
-    release_omega: Mapped[float] = mapped_column(Double)
+    release_mechanism: Mapped[str] = mapped_column(String(16))  # "gaussian" | "po-gp-ucb"
+    release_formal_guarantee: Mapped[bool] = mapped_column(Boolean)
+    release_noise_std: Mapped[float | None] = mapped_column(Double, nullable=True)  # gaussian only
+    release_lift: Mapped[str | None] = mapped_column(String(16), nullable=True)  # po-gp-ucb only
+    release_omega: Mapped[float | None] = mapped_column(Double, nullable=True)  # po-gp-ucb only
     z_file: Mapped[str] = mapped_column(String(255))  # relative to the data dir
     z_sha256: Mapped[str] = mapped_column(String(64))
 

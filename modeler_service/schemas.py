@@ -101,8 +101,11 @@ class ReleaseInfo(BaseModel):
     r: int
     epsilon: float
     delta: float
-    lift: str
-    omega: float
+    mechanism: Literal["gaussian", "po-gp-ucb"]
+    formal_guarantee: bool = Field(description="Whether the curator's release carries a proven DP guarantee.")
+    noise_std: float | None = Field(description="gaussian: noise std added to each scaled feature.")
+    lift: str | None = Field(description="po-gp-ucb only.")
+    omega: float | None = Field(description="po-gp-ucb only.")
     sha256: str
 
 

@@ -19,7 +19,9 @@ app = typer.Typer(
 curator_app = typer.Typer(help="The curator service (holds the sensitive rows).", no_args_is_help=True)
 modeler_app = typer.Typer(help="The modeler service (runs the optimization).", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks (utility and speed); not tests.", no_args_is_help=True)
+audit_app = typer.Typer(help="Audits of pobo's own guarantees.", no_args_is_help=True)
 app.add_typer(curator_app, name="curator")
+app.add_typer(audit_app, name="audit")
 app.add_typer(modeler_app, name="modeler")
 app.add_typer(bench_app, name="bench")
 
@@ -156,6 +158,86 @@ def bench_load(
         typer.echo(f"pobo bench load: {exc}", err=True)
         raise typer.Exit(2) from None
     if not report["ok"]:
+        raise typer.Exit(1)
+
+
+@audit_app.command("privacy")
+def audit_privacy(
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write one JSON row per mechanism here.")
+    ] = None,
+    trials: Annotated[
+        int, typer.Option(min=100, help="Runs per dataset (D and D') after calibration.")
+    ] = 50_000,
+    calibration_trials: Annotated[
+        int | None,
+        typer.Option(min=100, help="Runs per dataset to choose the threshold (default trials / 5)."),
+    ] = None,
+    mechanism: Annotated[
+        list[str] | None, typer.Option(help="Audit only this mechanism (repeat the option). Default: all.")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the audit's runs (an audit is a test, not a release).")
+    ] = 0,
+) -> None:
+    """Empirical privacy audit: run each mechanism many times on two neighbouring datasets, distinguish
+    them, and turn the error rates (Clopper-Pearson, 95 %) into a lower bound on epsilon.
+
+    Exit status 1 when a mechanism that claims a formal guarantee exceeds its claimed epsilon.
+    """
+    import json
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from shared.privacy.audit import run_all
+
+    console = Console()
+    try:
+        with console.status("auditing ...") as status:
+            results = run_all(
+                mechanism,
+                trials=trials,
+                calibration_trials=calibration_trials,
+                seed=seed,
+                progress=lambda name: status.update(f"auditing {name} ({trials} runs on each dataset) ..."),
+            )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mechanism") from None
+    table = Table(title="pobo audit privacy (lower bounds on epsilon, 95 %)")
+    for column in ("mechanism", "guarantee", "claimed", "delta", "trials", "FP/FN", "eps >=", "verdict"):
+        table.add_column(column)
+    failed = False
+    for res in results:
+        if res.within_claim:
+            verdict = "[green]within claim[/]"
+        elif res.perfect_distinguisher:
+            verdict = "[red]unbounded[/]"
+        else:
+            verdict = "[red]EXCEEDS CLAIM[/]"
+        failed |= res.formal_guarantee and not res.within_claim
+        table.add_row(
+            res.mechanism,
+            "formal" if res.formal_guarantee else "none",
+            f"{res.claimed_epsilon:g}",
+            f"{res.delta:g}",
+            str(res.trials),
+            f"{res.false_positives}/{res.false_negatives}",
+            f"{res.empirical_epsilon_lower_bound:.3f}",
+            verdict,
+        )
+    console.print(table)
+    if any(r.perfect_distinguisher for r in results):
+        console.print(
+            "unbounded: no error in either direction, so the bound is limited only by the number of trials "
+            "(it grows as ln(trials)); the mechanism tells the two datasets apart with certainty."
+        )
+    if json_path:
+        tmp = json_path.with_name(json_path.name + ".tmp")
+        tmp.write_text(json.dumps([r.row() for r in results], indent=1))
+        os.replace(tmp, json_path)
+    if failed:
         raise typer.Exit(1)
 
 

@@ -43,9 +43,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, TypeVar
 
 import httpx
 import numpy as np
@@ -65,6 +64,8 @@ from shared.schemas import (
     DatasetPublic,
     DatasetsPublic,
     Health,
+    LedgerEntryPublic,
+    LedgerPublic,
     PartnerCreated,
     PartnerPublic,
     PartnersPublic,
@@ -92,26 +93,9 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 
-class LedgerEntry(BaseModel):
-    """One line of a dataset's privacy ledger (``GET /v1/datasets/{id}/ledger``; not in shared.schemas)."""
-
-    id: int
-    release_id: int | None
-    epsilon: float
-    delta: float
-    status: Literal["reserved", "spent"]
-    created_at: datetime
-
-
-class Ledger(BaseModel):
-    """A dataset's privacy budget and what has been spent of it (basic composition)."""
-
-    dataset_id: int
-    epsilon_budget: float
-    delta_budget: float
-    epsilon_spent: float
-    delta_spent: float
-    entries: list[LedgerEntry]
+#: The ledger bodies (``GET /v1/datasets/{id}/ledger``), under their client-side names.
+Ledger = LedgerPublic
+LedgerEntry = LedgerEntryPublic
 
 
 #: Answers worth another attempt (the curator or a proxy in front of it is momentarily unwell).
@@ -324,6 +308,7 @@ class _Base:
         scaling: str | dict[str, float] | None,
         epsilon_budget: float | None,
         delta_budget: float | None,
+        population: str | None = None,
     ) -> _Call:
         file = Path(path)
         if not file.is_file():
@@ -337,11 +322,33 @@ class _Base:
             "noise_std": noise_std,
             "epsilon_budget": epsilon_budget,
             "delta_budget": delta_budget,
+            "population": population,
         }
         data.update({k: str(v) for k, v in optional.items() if v is not None})
         if scaling is not None:
             data["scaling"] = scaling if isinstance(scaling, str) else json.dumps(scaling)
         return _Call("POST", "/v1/datasets", data=data, upload=file, idempotent=False, extra_timeout=600.0)
+
+    @staticmethod
+    def _release_call(
+        dataset_id: int,
+        epsilon: float,
+        delta: float,
+        r: int | None,
+        mechanism: str,
+        lift: str | None,
+        acknowledge_no_guarantee: bool,
+        allow_large_delta: bool,
+    ) -> _Call:
+        body: dict[str, Any] = {"epsilon": epsilon, "delta": delta, "mechanism": mechanism}
+        optional = {
+            "r": None if r is None else int(r),
+            "lift": lift,
+            "acknowledge_no_guarantee": acknowledge_no_guarantee or None,
+            "allow_large_delta": allow_large_delta or None,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return _Call("POST", f"/v1/datasets/{int(dataset_id)}/releases", json=body, idempotent=False)
 
     @staticmethod
     def _query_call(release_id: int, index: int, idempotency_key: str | None) -> _Call:
@@ -527,6 +534,7 @@ class CuratorClient(_Base):
         scaling: str | dict[str, float] | None = None,
         epsilon_budget: float | None = None,
         delta_budget: float | None = None,
+        population: str | None = None,
     ) -> DatasetPublic:
         """Upload a CSV (streamed from disk) as a new dataset; admin only.
 
@@ -543,6 +551,7 @@ class CuratorClient(_Base):
             scaling=scaling,
             epsilon_budget=epsilon_budget,
             delta_budget=delta_budget,
+            population=population,
         )
         return DatasetPublic.model_validate(self._request(call))
 
@@ -557,7 +566,7 @@ class CuratorClient(_Base):
     def privacy_report(
         self, dataset_id: int, *, epsilon: float, delta: float, r_max: int | None = None
     ) -> PrivacyReport:
-        """Which r a release at (epsilon, delta) can use without lifting (curator-private; admin)."""
+        """What a release at (epsilon, delta) protects, in the curator's units (curator-private; admin)."""
         params: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
         if r_max is not None:
             params["r_max"] = r_max
@@ -566,11 +575,25 @@ class CuratorClient(_Base):
 
     # -- releases --------------------------------------------------------------------------------------
     def create_release(
-        self, dataset_id: int, *, epsilon: float, delta: float, r: int, lift: str = "auto"
+        self,
+        dataset_id: int,
+        *,
+        epsilon: float,
+        delta: float,
+        r: int | None = None,
+        mechanism: str = "gaussian",
+        lift: str | None = None,
+        acknowledge_no_guarantee: bool = False,
+        allow_large_delta: bool = False,
     ) -> ReleaseDetail | ReleasePublic:
-        """Spend (epsilon, delta) of the dataset's budget on a new release (admin; 409 over budget)."""
-        body = {"epsilon": epsilon, "delta": delta, "r": int(r), "lift": lift}
-        call = _Call("POST", f"/v1/datasets/{int(dataset_id)}/releases", json=body, idempotent=False)
+        """Spend (epsilon, delta) of the population's budget on a new release (admin; 409 over budget).
+
+        The default is the Gaussian release (``r`` < d optionally projects it); ``mechanism="po-gp-ucb"``
+        (the paper's Algorithm 1, no formal guarantee) needs ``r`` and ``acknowledge_no_guarantee=True``.
+        """
+        call = self._release_call(
+            dataset_id, epsilon, delta, r, mechanism, lift, acknowledge_no_guarantee, allow_large_delta
+        )
         return _release_model(self._request(call))
 
     def get_release(self, release_id: int) -> ReleaseDetail | ReleasePublic:
@@ -613,7 +636,7 @@ class CuratorClient(_Base):
         return Z
 
     def ledger(self, dataset_id: int) -> Ledger:
-        """The dataset's privacy ledger: budget, spent, one entry per release (admin)."""
+        """The privacy ledger of the dataset's population: budget, spent, one entry per release (admin)."""
         return Ledger.model_validate(self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/ledger")))
 
     def list_releases(self, dataset_id: int | None = None) -> ReleasesPublic:
@@ -819,6 +842,7 @@ class AsyncCuratorClient(_Base):
         scaling: str | dict[str, float] | None = None,
         epsilon_budget: float | None = None,
         delta_budget: float | None = None,
+        population: str | None = None,
     ) -> DatasetPublic:
         """See :meth:`CuratorClient.upload_dataset`."""
         call = self._upload_call(
@@ -831,6 +855,7 @@ class AsyncCuratorClient(_Base):
             scaling=scaling,
             epsilon_budget=epsilon_budget,
             delta_budget=delta_budget,
+            population=population,
         )
         return DatasetPublic.model_validate(await self._request(call))
 
@@ -852,10 +877,21 @@ class AsyncCuratorClient(_Base):
         return PrivacyReport.model_validate(data)
 
     async def create_release(
-        self, dataset_id: int, *, epsilon: float, delta: float, r: int, lift: str = "auto"
+        self,
+        dataset_id: int,
+        *,
+        epsilon: float,
+        delta: float,
+        r: int | None = None,
+        mechanism: str = "gaussian",
+        lift: str | None = None,
+        acknowledge_no_guarantee: bool = False,
+        allow_large_delta: bool = False,
     ) -> ReleaseDetail | ReleasePublic:
-        body = {"epsilon": epsilon, "delta": delta, "r": int(r), "lift": lift}
-        call = _Call("POST", f"/v1/datasets/{int(dataset_id)}/releases", json=body, idempotent=False)
+        """See :meth:`CuratorClient.create_release`."""
+        call = self._release_call(
+            dataset_id, epsilon, delta, r, mechanism, lift, acknowledge_no_guarantee, allow_large_delta
+        )
         return _release_model(await self._request(call))
 
     async def get_release(self, release_id: int) -> ReleaseDetail | ReleasePublic:

@@ -3,8 +3,9 @@
 1. Start the curator and the modeler (``python -m shared.cli <service> serve``) on free loopback ports, each
    with a temporary data dir and SQLite database; wait for ``/healthz``.
 2. Curator (admin): upload the bundled synthetic hospital CSV (``shared/data/demo_hospital.csv``; the
-   outcome column stays with the curator), read the privacy report, create a release with the r it
-   recommends, grant a partner (the modeler) access with a query quota.
+   outcome column stays with the curator) with declared per-feature scales, read the privacy report (what
+   the release protects, in clinical units), create the default Gaussian release (epsilon = 1,
+   delta = 1e-5), grant a partner (the modeler) access with a query quota.
 3. Modeler: create a GP-UCB study over the release, run it in the background, follow its progress.
 4. Report: best patient found vs the true best (the demo generated the CSV, so it knows every outcome),
    simple regret, the regret random choice would have had, privacy spent, audit chain verified and
@@ -41,10 +42,10 @@ from shared.client import CuratorClient
 __all__ = ["DEMO_CSV", "ServiceProcess", "expected_random_regret", "free_port", "run_demo", "service_pair"]
 
 DEMO_CSV = Path(__file__).with_name("data") / "demo_hospital.csv"
-#: Release parameters of the demo: (epsilon, delta) of the one release, the report's largest r, and the r
-#: used (with lifting) if the report recommended none. At epsilon = 5.5 the bundled data admit r = 21 > d = 7
-#: without lifting; a small r / d ratio would distort Z's geometry (M M^T / r far from the identity).
-DEMO_EPSILON, DEMO_DELTA, DEMO_R_MAX, FALLBACK_R = 5.5, 1e-4, 100, 16
+#: Release parameters of the demo: the default Gaussian release at (epsilon, delta), all d = 7 features (no
+#: projection). delta = 1e-5 is well below 1/n = 2.5e-4. In the declared units (e.g. 0.4 years of age) the
+#: features spread over ~40 units, the noise (std 3.73) over ~4.
+DEMO_EPSILON, DEMO_DELTA = 1.0, 1e-5
 
 Kind = Literal["curator", "modeler"]
 
@@ -331,14 +332,19 @@ def run_demo(output: Path = Path("pobo-demo-output"), iterations: int = 50) -> d
     result["runtime_s"] = time.monotonic() - started
     result["clean_shutdown"] = clean
 
-    table = Table(title="pobo demo: PO-GP-UCB on a synthetic hospital dataset", show_header=True)
+    table = Table(title="pobo demo: private outsourced BO on a synthetic hospital dataset", show_header=True)
     table.add_column("", style="bold")
     table.add_column("value", justify="right")
     table.add_row("patients (n) / features (d)", f"{result['n']} / {len(FEATURES)}")
+    guarantee = "[green]formal (epsilon, delta)-DP[/]" if result["formal_guarantee"] else "[red]none[/]"
     table.add_row(
         "release",
-        f"r = {result['r']}, epsilon = {DEMO_EPSILON:g}, delta = {DEMO_DELTA:g}, lift = {result['lift']}",
+        f"{result['mechanism']}: epsilon = {DEMO_EPSILON:g}, delta = {DEMO_DELTA:g}, "
+        f"noise std {result['noise_std']:.3g}, r = {result['r']}",
     )
+    table.add_row("guarantee", guarantee)
+    table.add_row("what is protected", result["protected"])
+    table.add_row("outcomes", "disclosed to the modeler as measured (no output privacy yet)")
     table.add_row("curator queries (iterations)", str(result["iterations"]))
     table.add_row("best patient found", f"{result['best_patient']}  ({OUTCOME} {result['best_y']:.2f})")
     table.add_row(
@@ -347,7 +353,7 @@ def run_demo(output: Path = Path("pobo-demo-output"), iterations: int = 50) -> d
     table.add_row("simple regret (GP-UCB)", f"[green]{result['regret']:.2f}[/]")
     table.add_row(f"regret of random choice ({iterations} rows, expected)", f"{result['random_regret']:.2f}")
     table.add_row(
-        "privacy spent (dataset budget)",
+        "privacy spent (population budget)",
         f"epsilon {result['epsilon_spent']:g} of {result['epsilon_budget']:g}, "
         f"delta {result['delta_spent']:g} of {result['delta_budget']:g}",
     )
@@ -392,13 +398,15 @@ def _demo_flow(
         console.print(
             f"curator: uploaded dataset {dataset.id} ({dataset.n} synthetic patients, {dataset.d} features)"
         )
-        report = admin.privacy_report(dataset.id, epsilon=DEMO_EPSILON, delta=DEMO_DELTA, r_max=DEMO_R_MAX)
-        r, lift = (report.recommended_r, "auto") if report.recommended_r else (FALLBACK_R, "always")
+        report = admin.privacy_report(dataset.id, epsilon=DEMO_EPSILON, delta=DEMO_DELTA, r_max=1)
+        covered = ", ".join(f"{f.feature} by {f.covered_change:g}" for f in report.features[:3])
         console.print(
-            f"curator: privacy report at epsilon={DEMO_EPSILON:g}, delta={DEMO_DELTA:g} recommends r = "
-            f"{report.recommended_r}; releasing r = {r} (lift {lift})"
+            f"curator: privacy report at epsilon={DEMO_EPSILON:g}, delta={DEMO_DELTA:g}: a Gaussian release "
+            f"adds noise of std {report.noise_std:.3g} (declared units) and protects one patient's row "
+            f"moving by norm <= 1 in those units, e.g. {covered} alone"
         )
-        release = admin.create_release(dataset.id, epsilon=DEMO_EPSILON, delta=DEMO_DELTA, r=r, lift=lift)
+        release = admin.create_release(dataset.id, epsilon=DEMO_EPSILON, delta=DEMO_DELTA)
+        protected = f"one patient's row moving by norm <= 1 in declared units (e.g. {covered} alone)"
         partner = admin.create_partner("demo modeler", release_ids=[release.id], max_queries=iterations + 10)
         console.print(
             f"curator: release {release.id} ready; partner '{partner.name}' granted {iterations + 10} queries"
@@ -458,7 +466,10 @@ def _demo_flow(
     return {
         "n": int(study["n"]),
         "r": int(study["r"]),
-        "lift": lift,
+        "mechanism": release.mechanism,
+        "formal_guarantee": release.formal_guarantee,
+        "noise_std": release.noise_std,
+        "protected": protected,
         "iterations": int(study["iterations_done"]),
         "best_index": best_index,
         "best_patient": patients[best_index],

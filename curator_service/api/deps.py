@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import Forbidden, Unauthorized
-from curator_service.service import Principal, authenticate
+from curator_service.services.auth import Principal, authenticate
 from curator_service.storage import ArrayStore
 
 bearer_scheme = HTTPBearer(
@@ -44,7 +44,7 @@ def get_session(request: Request) -> Iterator[Session]:
     ``scope="function"`` (below) makes the commit happen *before* the response is sent, so a client never
     sees a 2xx for something that did not commit. Requests that may write (POST, PUT, PATCH, DELETE) get a
     write session (SQLite: BEGIN IMMEDIATE at the first statement). If the transaction does not commit,
-    the callbacks registered with ``service.on_rollback`` run (they delete files written for it).
+    the callbacks registered with ``services.datasets.on_rollback`` run (they delete files written for it).
     """
     components = get_components(request)
     write = request.method not in ("GET", "HEAD", "OPTIONS")

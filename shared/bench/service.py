@@ -71,7 +71,8 @@ def measure(
             _write_csv(csv, n, d, seed)
             with CuratorClient(curator.url, admin_token) as admin:
                 ds = admin.upload_dataset(csv, name="bench", objective="objective")
-                rel = admin.create_release(ds.id, epsilon=1.0, delta=1e-4, r=r, lift="always")
+                # the default Gaussian release (projected to r dimensions when r < d)
+                rel = admin.create_release(ds.id, epsilon=1.0, delta=1e-4, r=r if r < d else None)
                 partner = admin.create_partner(
                     "bench", release_ids=[rel.id], max_queries=iterations * studies + 10
                 )

@@ -1,4 +1,5 @@
-"""The paper's synthetic GP experiment: PO-GP-UCB vs non-private GP-UCB (Fig. 2a, Tables 1-3).
+"""The paper's synthetic GP experiment: PO-GP-UCB vs non-private GP-UCB (Fig. 2a, Tables 1-3), and the
+Gaussian release (pobo's default, formally DP) beside them.
 
 Kharkovskii, Dai & Low (ICML 2020), Section 4 "Synthetic GP dataset": a 100 x 100 grid (d = 2, n = 10 000),
 f ~ GP(0, k) with l = 1.25, sigma_y^2 = 1, sigma_n^2 = 1e-5; delta = 1e-5, T = 50, delta' = 0.05.
@@ -12,8 +13,14 @@ Two hyper-parameter modes for the modeler:
 - ``transfer``: the paper's setting, f's own hyper-parameters (in released units) used unchanged on Z;
 - ``mle``: learned by maximum likelihood from the observations on Z, as a real modeler must.
 
+Three algorithms: ``gp-ucb`` (non-private, on the grid itself), ``po-gp-ucb`` (the paper's Algorithm 1 at
+(eps, r); no formal guarantee, see docs/privacy.md) and ``gaussian`` (the Gaussian release at eps, all d = 2
+coordinates, noise std from the analytic calibration; Algorithm 1's transfer of hyper-parameters applies
+unchanged because the release keeps the grid's units).
+
 Each run draws a fresh f (exactly, via the Kronecker structure of the SE kernel on a grid: F = L1 W L1^T),
-a fresh initial row (shared by every setting of the run, a paired comparison) and a fresh M per (eps, r).
+a fresh initial row (shared by every setting of the run, a paired comparison) and a fresh M (or noise) per
+(algorithm, eps, r).
 Simple regret S_t = max f - max_{s <= t} f(x_s) in units of sigma_y (f standardised), t = 1..T counting the
 T GP-UCB queries after the initial row.
 """
@@ -32,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from shared.gp import Hyperparameters
-from shared.projection import centred_sigma_min, omega, release_projection
+from shared.privacy.gaussian import calibrate, gaussian_release
+from shared.privacy.po_gp_ucb import centred_sigma_min, omega, release_projection
 from shared.strategies import GPUCB
 
 GRID = 100
@@ -45,7 +53,7 @@ T = 50
 SIGMA_TARGET = 3800.0
 MODES = ("transfer", "mle")
 
-FIG2A_EPS = (0.0, 0.5, 0.9, 1.1)  # log(eps) at r = 10
+FIG2A_EPS = (0.0, 0.5, 0.9, 1.1)  # log(eps) at r = 10; also the Gaussian release's eps
 SWEEPS: dict[float, tuple[int, ...]] = {
     1.1: (3, 6, 8, 10, 15, 20),
     1.3: (3, 9, 12, 15, 20, 30),
@@ -61,7 +69,7 @@ PAPER_TABLES: dict[float, dict[int, float]] = {
 
 @dataclass(frozen=True)
 class Setting:
-    algorithm: str  # "gp-ucb" | "po-gp-ucb"
+    algorithm: str  # "gp-ucb" | "po-gp-ucb" | "gaussian"
     mode: str  # "transfer" | "mle"
     log_eps: float | None
     r: int | None
@@ -103,6 +111,7 @@ def settings(quick: bool) -> list[Setting]:
     out: list[Setting] = []
     for mode in MODES:
         out.append(Setting("gp-ucb", mode, None, None))
+        out += [Setting("gaussian", mode, e, None) for e in ((1.1,) if quick else FIG2A_EPS)]
         out += [Setting("po-gp-ucb", mode, e, r) for e, r in pairs]
     return out
 
@@ -139,11 +148,20 @@ def one_run(args: tuple[int, int, Sequence[Setting]]) -> dict[Setting, tuple[np.
     f = sample_f(rng, _grid_factor())
     init = int(rng.integers(X.shape[0]))
     releases: dict[tuple[float, int], tuple[np.ndarray, bool]] = {}
+    noisy: dict[float, np.ndarray] = {}
     out: dict[Setting, tuple[np.ndarray, bool | None]] = {}
     for s in todo:
         lifted: bool | None = None
         inputs = X
-        if s.algorithm == "po-gp-ucb":
+        if s.algorithm == "gaussian":
+            assert s.log_eps is not None
+            if s.log_eps not in noisy:
+                rng_rel = np.random.default_rng([seed, run, 99, int(s.log_eps * 10)])
+                noisy[s.log_eps] = gaussian_release(
+                    X, epsilon=math.exp(s.log_eps), delta=DELTA, rng=rng_rel
+                ).Z
+            inputs = noisy[s.log_eps]
+        elif s.algorithm == "po-gp-ucb":
             assert s.log_eps is not None and s.r is not None
             key = (s.log_eps, s.r)
             if key not in releases:
@@ -202,6 +220,12 @@ def run_benchmark(
                 "r": s.r,
                 "lifted": lifted[s],
                 "omega": None if s.r is None else omega(s.r, math.exp(s.log_eps or 0.0), DELTA),
+                "noise_std": (
+                    calibrate(math.exp(s.log_eps), DELTA, 2).sigma
+                    if s.algorithm == "gaussian" and s.log_eps is not None
+                    else None
+                ),
+                "formal_guarantee": s.algorithm == "gaussian",
                 "runs": int(C.shape[0]),
                 "simple_regret_mean": C.mean(0).tolist(),
                 "simple_regret_se": (
@@ -277,6 +301,19 @@ def markdown(report: dict[str, Any]) -> str:
         items = {m: _final(res, "po-gp-ucb", m, e, 10) for m in MODES}
         lf = items["transfer"]["lifted"] if items["transfer"] else None
         lines.append(f"| PO-GP-UCB | e^{e} | {lf} | {cell(items['transfer'])} | {cell(items['mle'])} |")
+    lines += [
+        "",
+        "## The Gaussian release (formally (eps, delta)-DP) vs eps, beside GP-UCB on X",
+        "",
+        "| algorithm | eps | noise std | transfer | mle |",
+        "|---|---|---|---|---|",
+        f"| GP-UCB (non-private, on X) | - | - | {cell(base['transfer'])} | {cell(base['mle'])} |",
+    ]
+    for e in FIG2A_EPS:
+        items = {m: _final(res, "gaussian", m, e) for m in MODES}
+        std = items["transfer"]["noise_std"] if items["transfer"] else None
+        std_cell = "-" if std is None else f"{std:.2f}"
+        lines.append(f"| Gaussian | e^{e} | {std_cell} | {cell(items['transfer'])} | {cell(items['mle'])} |")
     for k, (e, rs) in enumerate(SWEEPS.items(), start=1):
         items_any = [_final(res, "po-gp-ucb", "transfer", e, r) for r in rs]
         if not any(items_any):
@@ -306,23 +343,28 @@ def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     res = report["results"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, grid = plt.subplots(2, 2, figsize=(11, 8.4), sharey=True)
     t = np.arange(1, T + 1)
-    for ax, mode in zip(axes, MODES, strict=True):
-        items = [("GP-UCB", _final(res, "gp-ucb", mode))]
-        items += [(f"PO-GP-UCB eps=e^{e}", _final(res, "po-gp-ucb", mode, e, 10)) for e in FIG2A_EPS]
-        for label, item in items:
-            if item is None:
-                continue
-            m, se = np.array(item["simple_regret_mean"]), np.array(item["simple_regret_se"])
-            ax.plot(t, m, label=label, lw=2 if label == "GP-UCB" else 1.4)
-            ax.fill_between(t, m - se, m + se, alpha=0.15)
-        ax.set_title(f"synthetic GP, r = 10, hyper-parameters: {mode}")
-        ax.set_xlabel("iteration t")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("simple regret S_t (units of sigma_y)")
-    axes[1].legend(fontsize=8)
+    rows = [  # (algorithm, panel title, r of its curves)
+        ("po-gp-ucb", "PO-GP-UCB (no guarantee), r = 10", 10),
+        ("gaussian", "Gaussian release (formal DP)", None),
+    ]
+    for axes, (name, title, r) in zip(grid, rows, strict=True):
+        for ax, mode in zip(axes, MODES, strict=True):
+            items = [("GP-UCB", _final(res, "gp-ucb", mode))]
+            items += [(f"{name} eps=e^{e}", _final(res, name, mode, e, r)) for e in FIG2A_EPS]
+            for label, item in items:
+                if item is None:
+                    continue
+                m, se = np.array(item["simple_regret_mean"]), np.array(item["simple_regret_se"])
+                ax.plot(t, m, label=label, lw=2 if label == "GP-UCB" else 1.4)
+                ax.fill_between(t, m - se, m + se, alpha=0.15)
+            ax.set_title(f"{title}; hyper-parameters: {mode}", fontsize=9)
+            ax.set_xlabel("iteration t")
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("simple regret S_t (units of sigma_y)")
+        axes[1].legend(fontsize=8)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp")
     fig.savefig(tmp, dpi=120, format="png")

@@ -43,8 +43,10 @@ async def test_openapi_has_description_tags_and_body_examples(client: httpx.Asyn
     asset = docs.text.split('src="')[1].split('"')[0]
     assert (await client.get(asset)).status_code == 200
     spec = (await client.get("/openapi.json")).json()
-    assert "privacy unit" in spec["info"]["description"]
-    assert "max_norm" in spec["info"]["description"]
+    description = spec["info"]["description"]
+    assert "differentially\nprivate for one person's row" in description  # the guarantee, stated
+    assert "is NOT differentially\nprivate when n > d + 1" in description  # and where it does not hold
+    assert "max_norm" in description and "population" in description
     assert {t["name"] for t in spec["tags"]} >= {"datasets", "releases", "partners", "queries", "health"}
     bodies = 0
     for path, methods in spec["paths"].items():

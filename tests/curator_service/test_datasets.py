@@ -12,7 +12,7 @@ import pytest
 from curator_service import csvparse
 from curator_service.config import Settings
 from curator_service.main import UPLOAD_SLACK_BYTES, create_app
-from shared.projection import centred_sigma_min
+from shared.privacy.po_gp_ucb import centred_sigma_min
 from tests.curator_service.conftest import ADMIN, make_csv, synthetic, upload
 
 pytestmark = pytest.mark.anyio

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from alembic import command
 
 from curator_service.db import alembic_config, upgrade
 from curator_service.querylog import verify_release_chain
+from shared.servicekit.migrations import run_migrations
 from tests.curator_service.conftest import ADMIN, World
 
 pytestmark = pytest.mark.anyio
@@ -27,10 +27,7 @@ async def test_upgrade_backfills_the_same_verifiable_chain(world: World, app: An
 
     db = app.state.components.db
     db.engine.dispose()
-    cfg = alembic_config()
-    with db.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0001")
+    run_migrations(db.engine, alembic_config(), revision="0001", downgrade=True)
     upgrade(db.engine)
     with db.session(write=False) as session:
         result, head = verify_release_chain(session, rid)

@@ -80,20 +80,25 @@ async def _exercise(client: httpx.AsyncClient, X: np.ndarray) -> list[tuple[str,
     await call(
         "GET", f"/v1/datasets/{ds}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5, "r_max": 5}
     )
-    rel = await call(
-        "POST", f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
-    )
+    rel = await call("POST", f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5})
     rid = rel.json()["id"]
-    mrel = await call(
+    mrel = await call(  # the same rows again: the same population, and the paper's mechanism
         "POST",
         f"/v1/datasets/{manual.json()['id']}/releases",
         headers=ADMIN,
-        json={"epsilon": 1, "delta": 1e-5, "r": 1},
+        json={
+            "epsilon": 1,
+            "delta": 1e-5,
+            "r": 1,
+            "mechanism": "po-gp-ucb",
+            "acknowledge_no_guarantee": True,
+        },
     )
-    await call(
-        "POST", f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 5, "delta": 1e-5, "r": 2}
-    )
+    await call("POST", f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 5, "delta": 1e-5})
     await call("GET", f"/v1/datasets/{ds}/ledger", headers=ADMIN)
+    await call("GET", "/v1/populations", headers=ADMIN)
+    await call("GET", f"/v1/populations/{up.json()['population_id']}", headers=ADMIN)
+    await call("GET", f"/v1/populations/{up.json()['population_id']}/ledger", headers=ADMIN)
     await call("GET", f"/v1/datasets/{ds}/releases", headers=ADMIN)
     p = await call(
         "POST",

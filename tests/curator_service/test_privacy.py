@@ -15,7 +15,7 @@ pytestmark = pytest.mark.anyio
 
 
 def omega(r: int, epsilon: float, delta: float) -> float:
-    """Algorithm 1, line 5, written out independently of shared.projection."""
+    """Algorithm 1, line 5, written out independently of shared.privacy.po_gp_ucb."""
     return 16 * math.sqrt(r) * math.log(2 / delta) * math.log(16 * r / delta) / epsilon
 
 
@@ -88,8 +88,9 @@ async def test_ledger_refuses_overspend_and_writes_nothing(world: World, data_di
     )
     assert refused.status_code == 409
     assert refused.json()["detail"] == (
-        f"privacy budget exceeded: this release needs epsilon=0.01 but dataset {ds} has epsilon 0 left "
-        "(budget 5, spent 5); nothing was released"
+        f"privacy budget exceeded: this release needs epsilon=0.01 but population "
+        f"{world.dataset['population_id']} (datasets {ds}) has epsilon 0 left (budget 5, spent 5); "
+        "nothing was released"
     )
     assert sorted(p.name for p in (data_dir / "arrays").rglob("*.npy")) == files_before
     ledger = (await world.client.get(f"/v1/datasets/{ds}/ledger", headers=ADMIN)).json()
@@ -111,7 +112,7 @@ async def test_delta_budget_is_enforced_too(client: httpx.AsyncClient) -> None:
     )
     assert b.status_code == 409
     assert b.json()["detail"].startswith(
-        f"privacy budget exceeded: this release needs delta=6e-05 but dataset {ds}"
+        "privacy budget exceeded: this release needs delta=6e-05 but population"
     )
 
 

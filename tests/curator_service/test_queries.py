@@ -8,8 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
-from curator_service import service
 from curator_service.main import create_app
+from curator_service.services import queries as query_service
 from tests.curator_service.conftest import ADMIN, World, bearer, make_csv, synthetic, upload
 
 pytestmark = pytest.mark.anyio
@@ -107,9 +107,7 @@ async def test_noise_is_fresh_per_query(client: httpx.AsyncClient) -> None:
     X, y = synthetic(n=20, d=2)
     ds = (await upload(client, make_csv(X, y), objective="outcome", noise_std=0.5)).json()["id"]
     rel = (
-        await client.post(
-            f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
-        )
+        await client.post(f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5})
     ).json()
     token = (
         await client.post(
@@ -132,7 +130,7 @@ async def test_manual_queries_pending_until_the_result_is_posted(client: httpx.A
     assert ds["objective_mode"] == "manual"
     rel = (
         await client.post(
-            f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
+            f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5}
         )
     ).json()
     token = (
@@ -230,7 +228,7 @@ async def test_query_is_committed_before_its_outcome_is_evaluated(
     def crash(*_args, **_kwargs):
         raise RuntimeError("power cut")
 
-    monkeypatch.setattr(service, "_column_outcome", crash)
+    monkeypatch.setattr(query_service, "_column_outcome", crash)
     response = await _query(world, 8, key="crashy")
     assert response.status_code == 500
     listed = (await world.client.get(f"/v1/releases/{world.release['id']}/queries", headers=ADMIN)).json()
@@ -247,7 +245,9 @@ async def test_query_is_committed_before_its_outcome_is_evaluated(
 
 
 async def test_start_up_completes_queries_a_crash_left_pending(world: World, monkeypatch, settings) -> None:
-    monkeypatch.setattr(service, "_column_outcome", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+    monkeypatch.setattr(
+        query_service, "_column_outcome", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x"))
+    )
     assert (await _query(world, 5)).status_code == 500
     monkeypatch.undo()
     restarted = create_app(settings)  # same database and data dir

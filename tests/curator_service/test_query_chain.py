@@ -49,7 +49,7 @@ async def test_manual_query_joins_the_chain_when_its_result_is_posted(client: ht
     ds = (await upload(client, make_csv(X))).json()  # no objective: manual outcomes
     rel = (
         await client.post(
-            f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
+            f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5}
         )
     ).json()
     token = (

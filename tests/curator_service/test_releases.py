@@ -11,34 +11,48 @@ import httpx
 import numpy as np
 import pytest
 
-from curator_service import service
+from curator_service.services import privacy as privacy_service
+from curator_service.services import releases as release_service
 from shared.errors import InputDataError
+from shared.privacy.gaussian import calibrate
 from tests.curator_service.conftest import ADMIN, World, bearer, make_csv, synthetic, upload
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_release_record_and_admin_view(world: World) -> None:
+async def test_default_release_is_gaussian_and_recorded(world: World) -> None:
     rel = world.release
-    assert set(rel) >= {
+    assert set(rel) == {
         "id",
         "dataset_id",
+        "mechanism",
+        "formal_guarantee",
         "n",
         "r",
         "epsilon",
         "delta",
+        "noise_std",
         "lift",
-        "lifted",
         "omega",
-        "sigma_min",
         "sha256",
         "created_at",
+        "lifted",
+        "sigma_min",
+        "scaling",
+        "allow_large_delta",
+        "acknowledged_no_guarantee",
     }
     assert (rel["dataset_id"], rel["n"], rel["r"]) == (world.dataset["id"], 120, 4)
-    assert (rel["epsilon"], rel["delta"], rel["lift"]) == (1.0, 1e-5, "auto")
-    assert rel["lifted"] is True  # small synthetic data: sigma_min << omega
-    s = np.linalg.svd(world.X - world.X.mean(axis=0), compute_uv=False)
-    assert rel["sigma_min"] == pytest.approx(s.min(), rel=1e-8)
+    assert (rel["mechanism"], rel["formal_guarantee"], rel["epsilon"], rel["delta"]) == (
+        "gaussian",
+        True,
+        1.0,
+        1e-5,
+    )
+    assert rel["noise_std"] == pytest.approx(calibrate(1.0, 1e-5, 6).sigma, rel=1e-12)
+    assert rel["noise_std"] == pytest.approx(3.7306, abs=1e-3)  # Balle & Wang's sigma at (1, 1e-5)
+    assert [rel[k] for k in ("lift", "lifted", "omega", "sigma_min")] == [None] * 4
+    assert rel["allow_large_delta"] is False and rel["acknowledged_no_guarantee"] is False
     again = await world.client.get(f"/v1/releases/{rel['id']}", headers=ADMIN)
     assert again.status_code == 200 and again.json() == rel
 
@@ -50,15 +64,19 @@ async def test_partner_view_omits_curator_private_fields(world: World) -> None:
     assert set(body) == {
         "id",
         "dataset_id",
+        "mechanism",
+        "formal_guarantee",
         "n",
         "r",
         "epsilon",
         "delta",
+        "noise_std",
         "lift",
         "omega",
         "sha256",
         "created_at",
     }
+    assert body["mechanism"] == "gaussian" and body["noise_std"] == world.release["noise_std"]
     listed = await world.client.get("/v1/releases", headers=world.partner_headers)
     assert listed.json() == {"data": [body], "count": 1}
     assert "sigma_min" not in listed.text and "lifted" not in listed.text
@@ -120,16 +138,20 @@ async def test_lift_always_is_recorded(client: httpx.AsyncClient) -> None:
     rng = np.random.default_rng(5)
     X = rng.standard_normal((200, 3)) * 1e6  # sigma_min far above omega: auto would not lift
     ds = (await upload(client, make_csv(X))).json()["id"]
+    alg1 = {"mechanism": "po-gp-ucb", "acknowledge_no_guarantee": True}
     auto = await client.post(
-        f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
+        f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2, **alg1}
     )
     always = await client.post(
         f"/v1/datasets/{ds}/releases",
         headers=ADMIN,
-        json={"epsilon": 1, "delta": 1e-5, "r": 2, "lift": "always"},
+        json={"epsilon": 1, "delta": 1e-5, "r": 2, "lift": "always", **alg1},
     )
     assert auto.json()["lifted"] is False and auto.json()["lift"] == "auto"
     assert always.json()["lifted"] is True and always.json()["lift"] == "always"
+    for rel in (auto.json(), always.json()):
+        assert rel["mechanism"] == "po-gp-ucb" and rel["formal_guarantee"] is False
+        assert rel["acknowledged_no_guarantee"] is True and rel["noise_std"] is None
 
 
 @pytest.mark.parametrize(
@@ -149,7 +171,31 @@ async def test_lift_always_is_recorded(client: httpx.AsyncClient) -> None:
             {"epsilon": 1, "delta": 1e-5, "r": 2, "seed": 1},
             "body field 'seed': Extra inputs are not permitted",
         ),
-        ({"epsilon": 1, "delta": 1e-5}, "body field 'r': Field required"),
+        ({"epsilon": 1, "delta": 1e-5, "mechanism": "jl"}, "Input should be 'gaussian' or 'po-gp-ucb'"),
+        (
+            {"epsilon": 1, "delta": 1e-5, "r": 2, "mechanism": "po-gp-ucb"},
+            "has no formal privacy guarantee when the dataset has more rows than features + 1",
+        ),
+        (
+            {"epsilon": 1, "delta": 1e-5, "r": 2, "mechanism": "po-gp-ucb"},
+            'send "acknowledge_no_guarantee": true to release it anyway',
+        ),
+        (
+            {"epsilon": 1, "delta": 1e-5, "mechanism": "po-gp-ucb", "acknowledge_no_guarantee": True},
+            "r is required for mechanism 'po-gp-ucb'",
+        ),
+        ({"epsilon": 1, "delta": 1e-5, "lift": "always"}, "lift applies only to mechanism 'po-gp-ucb'"),
+        (
+            {
+                "epsilon": 1,
+                "delta": 1e-5,
+                "r": 2,
+                "mechanism": "po-gp-ucb",
+                "acknowledge_no_guarantee": "yes",
+            },
+            "body field 'acknowledge_no_guarantee': Input should be a valid boolean",
+        ),
+        ({"epsilon": 1, "delta": 1e-5, "allow_large_delta": 1}, "Input should be a valid boolean"),
     ],
 )
 async def test_release_validation(world: World, body: dict, detail: str) -> None:
@@ -179,7 +225,7 @@ async def test_failed_computation_returns_the_budget(world: World, monkeypatch, 
     def broken(*_args, **_kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(service, "release_projection", broken)
+    monkeypatch.setattr(release_service, "gaussian_release", broken)
     response = await world.client.post(
         f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
     )
@@ -189,7 +235,7 @@ async def test_failed_computation_returns_the_budget(world: World, monkeypatch, 
     def invalid(*_args, **_kwargs):
         raise InputDataError("r must be an integer >= 1, got 0")
 
-    monkeypatch.setattr(service, "release_projection", invalid)
+    monkeypatch.setattr(release_service, "gaussian_release", invalid)
     response = await world.client.post(
         f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5, "r": 2}
     )
@@ -200,13 +246,13 @@ async def test_failed_computation_returns_the_budget(world: World, monkeypatch, 
 
 
 async def test_release_runs_off_the_event_loop(world: World, monkeypatch) -> None:
-    real = service.release_projection
+    real = release_service.gaussian_release
 
     def slow(*args, **kwargs):
         time.sleep(1.0)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(service, "release_projection", slow)
+    monkeypatch.setattr(release_service, "gaussian_release", slow)
     ds = world.dataset["id"]
     started = time.perf_counter()
     task = asyncio.create_task(
@@ -237,7 +283,7 @@ async def test_tampered_release_file_is_refused(world: World, app, data_dir) -> 
 
 
 async def test_nothing_but_z_is_stored_for_a_release(world: World, data_dir, app) -> None:
-    """The projection matrix M (d x r) and any seed are never written anywhere."""
+    """The projection matrix M (d x r), the noise and any seed are never written anywhere."""
     files = sorted((data_dir / "arrays").rglob("*.npy"))
     shapes = sorted(np.load(p, mmap_mode="r").shape for p in files)
     assert shapes == sorted([(120,), (120, 6), (120, 4)])  # outcomes, features, Z
@@ -269,7 +315,7 @@ async def test_sigma_min_is_cached_after_the_first_report(world: World, monkeypa
     def fail(*_a, **_k):
         raise AssertionError("sigma_min recomputed")
 
-    monkeypatch.setattr(service, "centred_sigma_min", fail)
+    monkeypatch.setattr(privacy_service, "centred_sigma_min", fail)
     second = await world.client.get(
         f"/v1/datasets/{ds}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5}
     )
@@ -280,8 +326,8 @@ async def test_uncached_sigma_min_is_computed_once(client: httpx.AsyncClient, mo
     X, _ = synthetic(n=40, d=3)
     ds = (await upload(client, make_csv(X))).json()["id"]
     calls = []
-    real = service.centred_sigma_min
-    monkeypatch.setattr(service, "centred_sigma_min", lambda X: calls.append(1) or real(X))
+    real = privacy_service.centred_sigma_min
+    monkeypatch.setattr(privacy_service, "centred_sigma_min", lambda X: calls.append(1) or real(X))
     for _ in range(3):
         r = await client.get(
             f"/v1/datasets/{ds}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5}

@@ -50,7 +50,7 @@ def test_twenty_releases_exactly_k_succeed(services: Services) -> None:
     with services.admin() as admin:
         dataset = admin.upload_dataset(csv, name="race", objective="objective", epsilon_budget=3.0)
     url = f"{services.curator.url}/v1/datasets/{dataset.id}/releases"
-    body = {"epsilon": 1.0, "delta": 1e-6, "r": 3, "lift": "always"}
+    body = {"epsilon": 1.0, "delta": 1e-6}
     responses = simultaneously(20, lambda c: c.post(url, json=body, headers=_auth(services.admin_token)))
     codes = sorted(r.status_code for r in responses)
     assert codes == [201] * 3 + [409] * 17, [(r.status_code, r.text[:120]) for r in responses]
@@ -70,7 +70,7 @@ def test_twenty_queries_one_idempotency_key(services: Services) -> None:
     write_csv(csv)
     with services.admin() as admin:
         dataset = admin.upload_dataset(csv, name="q", objective="objective", noise_std=0.1)
-        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5, r=3, lift="always")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5)
         partner = admin.create_partner("p", release_ids=[release.id], max_queries=5)
     url = f"{services.curator.url}/v1/releases/{release.id}/queries"
     headers = {**_auth(partner.token), "Idempotency-Key": "study-x:1"}
@@ -89,7 +89,7 @@ def test_two_runs_one_wins(services: Services) -> None:
     write_csv(csv)
     with services.admin() as admin:
         dataset = admin.upload_dataset(csv, name="r", objective="objective")
-        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5, r=3, lift="always")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5)
         partner = admin.create_partner("p", release_ids=[release.id], max_queries=50)
     with services.modeler_http() as http:
         study: dict[str, Any] = http.post(

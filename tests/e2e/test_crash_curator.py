@@ -60,7 +60,7 @@ def test_sigkill_during_release_and_during_query(services: Services) -> None:
     outcomes = write_csv(csv)
     with services.admin() as admin:
         dataset = admin.upload_dataset(csv, name="crash", objective="objective")
-        first = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5, r=3, lift="always")
+        first = admin.create_release(dataset.id, epsilon=1.0, delta=1e-5)
         partner = admin.create_partner("p", release_ids=[first.id], max_queries=10)
     services.curator.stop()
     curator = _restart_curator(services, POBO_CURATOR_FAULT_PAUSE=PAUSE)
@@ -69,7 +69,7 @@ def test_sigkill_during_release_and_during_query(services: Services) -> None:
 
     # 1. a release killed after its Z file is written, before its row is committed
     url = f"{curator.url}/v1/datasets/{dataset.id}/releases"
-    body = {"epsilon": 1.0, "delta": 1e-5, "r": 3, "lift": "always"}
+    body = {"epsilon": 1.0, "delta": 1e-5}
     _in_background(lambda: httpx.post(url, json=body, headers=auth, timeout=300))
     _wait_for(lambda: len(list(z_dir.glob("*.npy"))) == 2, "the second Z file")
     curator.kill()

@@ -25,8 +25,10 @@ def test_demo_runs_and_beats_random(tmp_path: Path) -> None:
     assert result["iterations"] == 30
     assert result["audit_ok"] and result["reconciled"]
     assert result["regret"] < result["random_regret"]
-    assert result["r"] == 21 and result["lift"] == "auto"  # the report's recommendation, no lifting
-    assert result["epsilon_spent"] == pytest.approx(5.5)
+    assert result["mechanism"] == "gaussian" and result["formal_guarantee"] is True
+    assert result["r"] == 7 and result["noise_std"] == pytest.approx(3.7306, abs=1e-3)  # all 7 features
+    assert "age_years by 0.4" in result["protected"]
+    assert result["epsilon_spent"] == pytest.approx(1.0)
     assert result["clean_shutdown"]  # both services stopped on SIGTERM, without needing SIGKILL
     assert (tmp_path / "out" / "plot.png").read_bytes()[:4] == b"\x89PNG"
     header = (tmp_path / "out" / "audit.csv").read_text().splitlines()[0]

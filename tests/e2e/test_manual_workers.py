@@ -26,7 +26,7 @@ def test_manual_measurements_drive_a_run(services: Services) -> None:
     with services.admin() as admin:
         dataset = admin.upload_dataset(csv, name="ward", features="x0,x1,x2,x3", objective_mode="manual")
         assert dataset.objective_mode == "manual"
-        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4, r=4, lift="always")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4)
         partner = admin.create_partner("lab", release_ids=[release.id], max_queries=ITERATIONS)
     with services.modeler_http() as http:
         body = study_body(services, release, partner, ITERATIONS, FIXED_HP)

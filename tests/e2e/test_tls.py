@@ -227,7 +227,7 @@ def test_two_party_loop_over_https(tls_services: TlsServices, pki: Pki) -> None:
     outcomes = write_csv(csv, n=200)
     with CuratorClient(s.curator.url, s.admin_token, verify=pki.ca) as admin:
         dataset = admin.upload_dataset(csv, name="tls", objective="objective")
-        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4, r=4, lift="always")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4)
         partner = admin.create_partner("tls modeler", release_ids=[release.id], max_queries=20)
 
     with httpx.Client(

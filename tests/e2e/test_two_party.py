@@ -22,7 +22,7 @@ def setup_release(services: Services, max_queries: int = 100) -> tuple[Any, Any,
     outcomes = write_csv(csv)
     with services.admin() as admin:
         dataset = admin.upload_dataset(csv, name="e2e", objective="objective")
-        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4, r=4, lift="always")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4)
         partner = admin.create_partner("e2e modeler", release_ids=[release.id], max_queries=max_queries)
     return outcomes, release, partner
 

@@ -77,8 +77,11 @@ class FakeCurator:
             "r": self.r,
             "epsilon": 1.0,
             "delta": 1e-4,
-            "lift": "auto",
-            "omega": 123.4,
+            "mechanism": "gaussian",
+            "formal_guarantee": True,
+            "noise_std": 3.9,
+            "lift": None,
+            "omega": None,
             "sha256": self.sha256,
             "created_at": _now(),
         }

@@ -12,7 +12,8 @@ from scipy import stats
 
 from curator_service.config import Settings as CuratorSettings
 from curator_service.main import create_app as create_curator
-from shared.projection import os_entropy_rng, release_projection
+from shared.privacy.po_gp_ucb import release_projection
+from shared.privacy.rng import os_entropy_rng
 
 
 def _production_M(d: int = 6, r: int = 5) -> np.ndarray:

@@ -56,7 +56,7 @@ def _seed_curator(client: TestClient) -> str:
     assert r.status_code == 201, r.text
     ds = r.json()["id"]
     r = client.post(
-        f"/v1/datasets/{ds}/releases", headers=_bearer(ADMIN), json={"epsilon": 1, "delta": 1e-5, "r": 2}
+        f"/v1/datasets/{ds}/releases", headers=_bearer(ADMIN), json={"epsilon": 1, "delta": 1e-5}
     )
     assert r.status_code == 201, r.text
     r = client.post(

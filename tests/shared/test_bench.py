@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from shared.bench import synthetic
 from shared.cli import app
-from shared.projection import centred_sigma_min, largest_feasible_r, omega
+from shared.privacy.gaussian import calibrate
+from shared.privacy.po_gp_ucb import centred_sigma_min, largest_feasible_r, omega
 
 
 def test_grid_is_scaled_to_the_papers_thresholds():
@@ -47,18 +48,24 @@ def test_quick_benchmark_json_shape(tmp_path):
     report = synthetic.run_benchmark(1, quick=True, seed=1, workers=1)
     assert report["settings"]["T"] == synthetic.T
     algos = {(r["algorithm"], r["hyperparameters"]) for r in report["results"]}
-    assert algos == {(a, m) for a in ("gp-ucb", "po-gp-ucb") for m in ("transfer", "mle")}
+    assert algos == {(a, m) for a in ("gp-ucb", "po-gp-ucb", "gaussian") for m in ("transfer", "mle")}
     for item in report["results"]:
         assert len(item["simple_regret_mean"]) == synthetic.T == len(item["simple_regret_se"])
         curve = np.array(item["simple_regret_mean"])
         assert (curve >= 0).all() and (np.diff(curve) <= 1e-12).all()  # simple regret never increases
         if item["algorithm"] == "po-gp-ucb":
             expected_lift = item["log_epsilon"] < 1.1 - 1e-9  # at r = 10 only e^1.1 is feasible
-            assert item["lifted"] is expected_lift
+            assert item["lifted"] is expected_lift and item["formal_guarantee"] is False
+        if item["algorithm"] == "gaussian":
+            assert item["formal_guarantee"] is True and item["r"] is None
+            assert item["noise_std"] == pytest.approx(
+                calibrate(math.exp(item["log_epsilon"]), synthetic.DELTA, 2).sigma
+            )
     synthetic.plot(report, tmp_path / "fig.png")
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = synthetic.markdown(report)
     assert "Fig. 2a" in md and "| PO-GP-UCB | e^1.1 | False |" in md
+    assert "| Gaussian | e^1.1 | 1.39 |" in md
 
 
 def test_cli_bench_perf_small(tmp_path):
@@ -71,6 +78,8 @@ def test_cli_bench_perf_small(tmp_path):
     assert report["release"]["max_relative_difference"] < 1e-8
     assert report["gp_ucb_loop"]["same_choices"] == report["gp_ucb_loop"]["T"]
     assert report["release"]["speedup"] > 0 and report["gp_ucb_loop"]["speedup"] > 0
+    gaussian = report["gaussian_release"]
+    assert gaussian["n"] == 20000 and gaussian["seconds"] > 0 and gaussian["opendp_seconds_per_entry"] > 0
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from curator_service import service
 from curator_service.api.deps import AdminDep, SessionDep
 from curator_service.schemas import AccessLogPublic, access_entry
+from curator_service.services import access_log as access_service
 
 router = APIRouter(tags=["access log"])
 
@@ -30,5 +30,5 @@ def access_log(
         int | None, Query(ge=-(2**31), le=2**31 - 1, description="Only entries with a larger id (paging).")
     ] = None,
 ) -> AccessLogPublic:
-    entries = service.access_log(session, limit=limit, partner_id=partner_id, after_id=after_id)
+    entries = access_service.access_log(session, limit=limit, partner_id=partner_id, after_id=after_id)
     return AccessLogPublic(entries=[access_entry(e) for e in entries], count=len(entries))

@@ -6,16 +6,18 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, UploadFile
 
-from curator_service import service
 from curator_service.api.deps import AdminDep, ComponentsDep, RowId, SessionDep
 from curator_service.schemas import (
     DatasetPublic,
     DatasetsPublic,
     LedgerPublic,
+    PopulationPublic,
+    PopulationsPublic,
     PrivacyReport,
-    dataset_public,
-    ledger_entry_public,
 )
+from curator_service.services import datasets as dataset_service
+from curator_service.services import populations as population_service
+from curator_service.services import privacy as privacy_service
 from shared.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN
 
 router = APIRouter(tags=["datasets"])
@@ -77,13 +79,37 @@ def create_dataset(
         ),
     ] = "none",
     epsilon_budget: Annotated[
-        float, Form(gt=0, description="Total epsilon of all releases.", examples=[10.0])
-    ] = 10.0,
+        float | None,
+        Form(
+            gt=0,
+            description="Total epsilon of all releases of a NEW population (default 10). Joining an existing "
+            "population: leave it out (a different value is a 409).",
+            examples=[10.0],
+        ),
+    ] = None,
     delta_budget: Annotated[
-        float, Form(gt=0, lt=1, description="Total delta of all releases.", examples=[1e-3])
-    ] = 1e-3,
+        float | None,
+        Form(
+            gt=0,
+            lt=1,
+            description="Total delta of a NEW population (default 1e-3); as epsilon_budget otherwise.",
+            examples=[1e-3],
+        ),
+    ] = None,
+    population: Annotated[
+        str | None,
+        Form(
+            min_length=1,
+            max_length=200,
+            description="Name of the population (the people) these rows belong to. Datasets of one "
+            "population share one budget. Left out: the rows join the population of an earlier upload of "
+            "the same rows (also reordered, renamed, or a subset or superset of its features), else a new "
+            "one.",
+            examples=["ward-3 patients 2024"],
+        ),
+    ] = None,
 ) -> DatasetPublic:
-    upload = service.DatasetUpload(
+    upload = dataset_service.DatasetUpload(
         name=name,
         features=features,
         objective=objective,
@@ -92,8 +118,9 @@ def create_dataset(
         scaling=scaling,
         epsilon_budget=epsilon_budget,
         delta_budget=delta_budget,
+        population=population,
     )
-    dataset = service.create_dataset(
+    dataset = dataset_service.create_dataset(
         session,
         components.store,
         upload,
@@ -102,15 +129,14 @@ def create_dataset(
         max_upload_bytes=components.settings.max_upload_bytes,
         parse_workers=components.settings.csv_parse_workers,
     )
-    return dataset_public(dataset, (0.0, 0.0))
+    return dataset_service.view(session, dataset)
 
 
 @router.get(
     "/v1/datasets", response_model=DatasetsPublic, summary="List datasets (metadata only)", responses=_ERRORS
 )
 def list_datasets(_admin: AdminDep, session: SessionDep) -> DatasetsPublic:
-    datasets, spent = service.list_datasets(session)
-    data = [dataset_public(ds, spent.get(ds.id, (0.0, 0.0))) for ds in datasets]
+    data = dataset_service.views(session, dataset_service.list_datasets(session))
     return DatasetsPublic(data=data, count=len(data))
 
 
@@ -121,17 +147,19 @@ def list_datasets(_admin: AdminDep, session: SessionDep) -> DatasetsPublic:
     responses={**_ERRORS, 404: {"description": "No such dataset."}},
 )
 def get_dataset(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> DatasetPublic:
-    dataset = service.get_dataset(session, dataset_id)
-    return dataset_public(dataset, service.spent(session, dataset_id))
+    return dataset_service.view(session, dataset_service.get_dataset(session, dataset_id))
 
 
 @router.get(
     "/v1/datasets/{dataset_id}/privacy",
     response_model=PrivacyReport,
-    summary="Privacy report: sigma_min, r -> omega -> feasible, recommended r, budget",
-    description="Curator-private. sigma_min is the smallest singular value of the centred, scaled features "
-    "(computed once, then cached). A row is feasible when sigma_min >= omega(r), i.e. Algorithm 1 releases "
-    "without lifting the singular values; the recommended r is the largest feasible one.",
+    summary="Privacy report: what a release at (epsilon, delta) protects, in your units; budget left",
+    description="Curator-private. For the default Gaussian release: the noise, the guarantee in one "
+    "paragraph, the change of each feature the unit covers (in the curator's units), the epsilon protecting "
+    "larger changes, what happens to outcomes, and warnings (delta >= 1/n, data-dependent scaling, budget). "
+    "For the paper's Algorithm 1 (po-gp-ucb, no formal guarantee): why, and its diagnostics: sigma_min (the "
+    "smallest singular value of the centred, scaled features, cached), the r -> omega -> feasible table "
+    "and the recommended r (data-dependent, outside any guarantee).",
     responses={**_ERRORS, 404: {"description": "No such dataset."}},
 )
 def privacy(
@@ -148,7 +176,7 @@ def privacy(
     ],
     r_max: Annotated[int, Query(ge=1, le=10_000, description="Largest r in the table.")] = 100,
 ) -> PrivacyReport:
-    return service.privacy_report(
+    return privacy_service.privacy_report(
         session, components.db, components.store, dataset_id, epsilon=epsilon, delta=delta, r_max=r_max
     )
 
@@ -156,18 +184,40 @@ def privacy(
 @router.get(
     "/v1/datasets/{dataset_id}/ledger",
     response_model=LedgerPublic,
-    summary="The dataset's privacy ledger (basic composition)",
+    summary="The ledger of the dataset's population (every dataset of it spends from one budget)",
     responses={**_ERRORS, 404: {"description": "No such dataset."}},
 )
 def ledger(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
-    dataset = service.get_dataset(session, dataset_id)
-    entries = service.ledger(session, dataset_id)
-    eps, delta = service.spent(session, dataset_id)
-    return LedgerPublic(
-        dataset_id=dataset_id,
-        epsilon_budget=dataset.epsilon_budget,
-        delta_budget=dataset.delta_budget,
-        epsilon_spent=eps,
-        delta_spent=delta,
-        entries=[ledger_entry_public(e) for e in entries],
-    )
+    dataset = dataset_service.get_dataset(session, dataset_id)
+    return population_service.ledger_public(session, dataset.population_id)
+
+
+@router.get(
+    "/v1/populations",
+    response_model=PopulationsPublic,
+    summary="Populations: the people behind the datasets, and their budgets (admin)",
+    responses=_ERRORS,
+)
+def list_populations(_admin: AdminDep, session: SessionDep) -> PopulationsPublic:
+    data = population_service.views(session, population_service.list_populations(session))
+    return PopulationsPublic(data=data, count=len(data))
+
+
+@router.get(
+    "/v1/populations/{population_id}",
+    response_model=PopulationPublic,
+    summary="One population: its datasets, budget, spent (and the PLD-composed epsilon)",
+    responses={**_ERRORS, 404: {"description": "No such population."}},
+)
+def get_population(population_id: RowId, _admin: AdminDep, session: SessionDep) -> PopulationPublic:
+    return population_service.public(session, population_id)
+
+
+@router.get(
+    "/v1/populations/{population_id}/ledger",
+    response_model=LedgerPublic,
+    summary="A population's ledger",
+    responses={**_ERRORS, 404: {"description": "No such population."}},
+)
+def population_ledger(population_id: RowId, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
+    return population_service.ledger_public(session, population_id)

@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from curator_service import service
 from curator_service.api.deps import AdminDep, PartnerDep, RowId, SessionDep
 from curator_service.schemas import (
     GrantCreate,
@@ -16,6 +15,7 @@ from curator_service.schemas import (
     PartnersPublic,
     partner_public,
 )
+from curator_service.services import partners as partner_service
 
 router = APIRouter(tags=["partners"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -32,7 +32,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     responses={**_ERRORS, 422: {"description": "Unknown release ids or bad fields."}},
 )
 def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -> PartnerCreated:
-    partner, token = service.create_partner(
+    partner, token = partner_service.create_partner(
         session, name=body.name, release_ids=body.release_ids, max_queries=body.max_queries
     )
     return PartnerCreated(
@@ -46,7 +46,7 @@ def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -
 
 @router.get("/v1/partners", response_model=PartnersPublic, summary="List partners", responses=_ERRORS)
 def list_partners(_admin: AdminDep, session: SessionDep) -> PartnersPublic:
-    partners, grants = service.list_partners(session)
+    partners, grants = partner_service.list_partners(session)
     data = [partner_public(p, grants.get(p.id, [])) for p in partners]
     return PartnersPublic(data=data, count=len(data))
 
@@ -59,8 +59,8 @@ def list_partners(_admin: AdminDep, session: SessionDep) -> PartnersPublic:
 )
 def me(partner: PartnerDep, session: SessionDep) -> PartnerPublic:
     assert partner.partner_id is not None
-    p = service.get_partner(session, partner.partner_id)
-    return partner_public(p, service.granted(session, p.id))
+    p = partner_service.get_partner(session, partner.partner_id)
+    return partner_public(p, partner_service.granted(session, p.id))
 
 
 @router.get(
@@ -70,8 +70,8 @@ def me(partner: PartnerDep, session: SessionDep) -> PartnerPublic:
     responses={**_ERRORS, 404: {"description": "No such partner."}},
 )
 def get_partner(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
-    p = service.get_partner(session, partner_id)
-    return partner_public(p, service.granted(session, p.id))
+    p = partner_service.get_partner(session, partner_id)
+    return partner_public(p, partner_service.granted(session, p.id))
 
 
 @router.post(
@@ -85,8 +85,8 @@ def get_partner(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> Par
     },
 )
 def add_grants(partner_id: RowId, body: GrantCreate, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
-    p = service.grant(session, partner_id, body.release_ids)
-    return partner_public(p, service.granted(session, p.id))
+    p = partner_service.grant(session, partner_id, body.release_ids)
+    return partner_public(p, partner_service.granted(session, p.id))
 
 
 @router.delete(
@@ -96,5 +96,5 @@ def add_grants(partner_id: RowId, body: GrantCreate, _admin: AdminDep, session: 
     responses={**_ERRORS, 404: {"description": "No such partner."}},
 )
 def revoke(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
-    p = service.revoke(session, partner_id)
-    return partner_public(p, service.granted(session, p.id))
+    p = partner_service.revoke(session, partner_id)
+    return partner_public(p, partner_service.granted(session, p.id))

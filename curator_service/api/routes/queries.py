@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
-from curator_service import service
 from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, RowId, SessionDep
 from curator_service.schemas import QueriesPublic, QueryCreate, QueryPublic, QueryResult, query_public
+from curator_service.services import queries as query_service
 from shared.schemas import QueryLogVerification
 
 router = APIRouter(tags=["queries"])
@@ -55,7 +55,7 @@ def create_query(
         ),
     ] = None,
 ) -> QueryPublic:
-    query, replayed = service.create_query(
+    query, replayed = query_service.create_query(
         session, components.store, partner, release_id, body.index, idempotency_key
     )
     if replayed:
@@ -70,7 +70,7 @@ def create_query(
     responses=_ERRORS,
 )
 def list_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
-    queries = service.list_queries(session, principal, release_id)
+    queries = query_service.list_queries(session, principal, release_id)
     return QueriesPublic(queries=[query_public(q) for q in queries], count=len(queries))
 
 
@@ -86,7 +86,7 @@ def list_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep
     responses=_ERRORS,
 )
 def verify_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> QueryLogVerification:
-    result, head = service.verify_queries(session, principal, release_id)
+    result, head = query_service.verify_queries(session, principal, release_id)
     return QueryLogVerification(
         ok=result.ok, entries=result.entries, first_bad_seq=result.first_bad_seq, head=head
     )
@@ -109,7 +109,7 @@ async def get_query(
     deadline = time.monotonic() + min(wait, components.settings.max_wait_seconds)
     while True:
         query = await run_in_threadpool(
-            service.read_query, components.db, components.store, principal, query_id
+            query_service.read_query, components.db, components.store, principal, query_id
         )
         remaining = deadline - time.monotonic()
         if query.status == "complete" or remaining <= 0:
@@ -124,4 +124,4 @@ async def get_query(
     responses={**_ERRORS, 409: {"description": "Already complete, or not a manual dataset."}},
 )
 def post_result(query_id: RowId, body: QueryResult, _admin: AdminDep, session: SessionDep) -> QueryPublic:
-    return query_public(service.post_result(session, query_id, body.y))
+    return query_public(query_service.post_result(session, query_id, body.y))

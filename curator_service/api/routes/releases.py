@@ -8,7 +8,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, Response
 
-from curator_service import service
 from curator_service.api.deps import AdminDep, ComponentsDep, PrincipalDep, RowId, SessionDep
 from curator_service.schemas import (
     ReleaseCreate,
@@ -19,6 +18,7 @@ from curator_service.schemas import (
     release_detail,
     release_public,
 )
+from curator_service.services import releases as release_service
 
 router = APIRouter(tags=["releases"])
 
@@ -34,17 +34,24 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     "/v1/datasets/{dataset_id}/releases",
     status_code=201,
     response_model=ReleaseDetail,
-    summary="Release Z = an (epsilon, delta)-DP random projection of the dataset (Algorithm 1)",
-    description="Spends (epsilon, delta) of the dataset's budget under basic composition. Refused with 409, "
-    "with nothing written, when the budget would be exceeded. The projection matrix M is drawn from OS "
-    "entropy, used once and never stored; no seed is accepted. The release is immutable.",
-    responses={**_ERRORS, 409: {"description": "The dataset's privacy budget would be exceeded."}},
+    summary="Release Z (admin): the Gaussian mechanism (default, DP) or the paper's Algorithm 1",
+    description="Spends (epsilon, delta) of the population's budget under basic composition. Refused with "
+    "409, with nothing written, when the budget would be exceeded; 422 for delta >= 1/n without "
+    "`allow_large_delta`, for `r` >= d with the Gaussian mechanism, and for `po-gp-ucb` without "
+    "`acknowledge_no_guarantee` (Algorithm 1 is not differentially private when n > d + 1). The noise and "
+    "any projection matrix come from OS entropy, are used once and never stored; no seed is accepted. The "
+    "release is immutable.",
+    responses={
+        **_ERRORS,
+        409: {"description": "The population's privacy budget would be exceeded."},
+        422: {"description": "Invalid or refused parameters (the detail says which and why)."},
+    },
 )
 def create_release(
     dataset_id: RowId, body: ReleaseCreate, _admin: AdminDep, components: ComponentsDep
 ) -> ReleaseDetail:
     # A sync route: FastAPI runs it in a worker thread, so the projection never blocks the event loop.
-    release = service.create_release(components.db, components.store, dataset_id, body)
+    release = release_service.create_release(components.db, components.store, dataset_id, body)
     return release_detail(release)
 
 
@@ -55,7 +62,7 @@ def create_release(
     responses=_ERRORS,
 )
 def list_dataset_releases(dataset_id: RowId, principal: AdminDep, session: SessionDep) -> ReleasesPublic:
-    releases = service.list_releases(session, principal, dataset_id)
+    releases = release_service.list_releases(session, principal, dataset_id)
     return ReleasesPublic(data=[release_detail(r) for r in releases], count=len(releases))
 
 
@@ -66,7 +73,7 @@ def list_dataset_releases(dataset_id: RowId, principal: AdminDep, session: Sessi
     responses={401: _ERRORS[401]},
 )
 def list_releases(principal: PrincipalDep, session: SessionDep) -> ReleasesPublic:
-    releases = service.list_releases(session, principal)
+    releases = release_service.list_releases(session, principal)
     convert = release_detail if principal.is_admin else release_public
     return ReleasesPublic(data=[convert(r) for r in releases], count=len(releases))
 
@@ -74,13 +81,13 @@ def list_releases(principal: PrincipalDep, session: SessionDep) -> ReleasesPubli
 @router.get(
     "/v1/releases/{release_id}",
     response_model=ReleaseDetail | ReleasePublic,
-    summary="One release (partners never see sigma_min, lifted or the scaling)",
+    summary="One release (partners never see sigma_min, lifted, the scaling or what was acknowledged)",
     responses=_ERRORS,
 )
 def get_release(
     release_id: RowId, principal: PrincipalDep, session: SessionDep
 ) -> ReleaseDetail | ReleasePublic:
-    release = service.get_release(session, principal, release_id)
+    release = release_service.get_release(session, principal, release_id)
     return release_detail(release) if principal.is_admin else release_public(release)
 
 
@@ -120,17 +127,17 @@ def release_rows(
     offset: Annotated[int, Query(ge=0, description="First row (JSON only).")] = 0,
     limit: Annotated[int | None, Query(ge=1, description="At most this many rows (JSON only).")] = None,
 ) -> Response:
-    release = service.get_release(session, principal, release_id)
+    release = release_service.get_release(session, principal, release_id)
     session.commit()  # end the read-only transaction before streaming (no expiry: `release` stays usable)
     etag = f'"{release.sha256}"'
     headers = {"ETag": etag, "X-Pobo-SHA256": release.sha256, "Cache-Control": "private, no-transform"}
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
         return Response(status_code=304, headers=headers)
     if _wants_npy(accept, format):
-        path, _ = service.release_file(components.store, release)
+        path, _ = release_service.release_file(components.store, release)
         return FileResponse(
             path, media_type=NPY_MEDIA_TYPE, headers=headers, filename=f"release-{release.id}.npy"
         )
-    rows, first = service.release_rows(components.store, release, offset, limit)
+    rows, first = release_service.release_rows(components.store, release, offset, limit)
     body = json.dumps({"rows": rows, "sha256": release.sha256, "offset": first, "n": release.n})
     return Response(body, media_type="application/json", headers=headers)

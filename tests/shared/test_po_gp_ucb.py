@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from shared.errors import InputDataError
-from shared.projection import (
+from shared.privacy.po_gp_ucb import (
     Release,
     centred_sigma_min,
     centred_spectrum,

@@ -1,4 +1,11 @@
-"""PO-GP-UCB, the curator part: a differentially private random projection of the dataset.
+"""PO-GP-UCB, the curator part: the paper's random projection of the dataset (kept to reproduce the paper).
+
+**Not differentially private when n > d + 1.** Z = X~ B for a d x r matrix B, so every column of Z lies in
+span(X~, 1), a d-dimensional subspace of R^n that moves when one row moves: the column-space test tells
+neighbouring datasets apart with certainty (``shared.privacy.audit``), and with r >= d anyone who knows d + 1
+rows recovers B and then every row. Blocki et al.'s proof covers the *record*-side sketch R X~ (R of size
+r x n), not this feature-side product. pobo's default release is ``shared.privacy.gaussian``; this one is
+served only to a curator who acknowledges that it has no guarantee (``docs/privacy.md``).
 
 Implements Algorithm 1 of Kharkovskii, Dai & Low, "Private Outsourced Bayesian Optimization" (ICML 2020),
 with the singular-value lifting of Blocki et al. (2012, "The Johnson-Lindenstrauss transform itself preserves
@@ -24,7 +31,6 @@ Gaussian directions projected off range(X~) and orthonormalised. Z^T Z is indepe
 from __future__ import annotations
 
 import math
-import secrets
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +38,9 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.errors import InputDataError
+from shared.privacy.params import check_epsilon_delta, check_r
+from shared.privacy.rng import os_entropy_rng
+from shared.privacy.rows import FloatArray, check_matrix, raise_not_finite, read_block, row_blocks
 
 __all__ = [
     "Release",
@@ -40,16 +49,12 @@ __all__ = [
     "centred_spectrum",
     "largest_feasible_r",
     "omega",
-    "os_entropy_rng",
     "privacy_table",
     "release_projection",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 Lift = Literal["auto", "always"]
 
-#: Bytes of one row block read from X at a time (64 MiB keeps the working set small for memmaps).
-BLOCK_BYTES = 64 * 2**20
 #: A column whose squared mean exceeds this multiple of its variance is centred before its products are
 #: accumulated (cancellation would otherwise cost more than ~1e-10 relative accuracy).
 _SHIFT_RATIO = 1e4
@@ -57,7 +62,7 @@ _SHIFT_RATIO = 1e4
 
 @dataclass(frozen=True)
 class Release:
-    """The output of Algorithm 1 plus the curator-private diagnostics.
+    """The output of Algorithm 1 plus the curator-private diagnostics (no privacy guarantee: see above).
 
     ``Z`` and ``omega`` are public; ``sigma_min`` and ``lifted`` are the curator's alone (DESIGN.md).
     """
@@ -84,71 +89,15 @@ class Spectrum:
         return float(self.singular_values[-1])
 
 
-def os_entropy_rng() -> np.random.Generator:
-    """A fresh generator seeded from OS entropy (``secrets``): safe after fork, never user-chosen."""
-    return np.random.default_rng(secrets.randbits(128))
-
-
 def _check_params(epsilon: float, delta: float, r: int) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.floating | np.integer):
-        raise InputDataError(f"epsilon must be a number, got {type(epsilon).__name__}")
-    if not math.isfinite(float(epsilon)) or float(epsilon) <= 0:
-        raise InputDataError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if isinstance(delta, bool) or not isinstance(delta, int | float | np.floating | np.integer):
-        raise InputDataError(f"delta must be a number, got {type(delta).__name__}")
-    if not (0.0 < float(delta) < 1.0):
-        raise InputDataError(f"delta must lie strictly between 0 and 1, got {delta!r}")
-    if isinstance(r, bool) or not isinstance(r, int | np.integer):
-        raise InputDataError(f"r must be an integer >= 1, got {r!r} ({type(r).__name__})")
-    if int(r) < 1:
-        raise InputDataError(f"r must be an integer >= 1, got {r}")
+    check_epsilon_delta(epsilon, delta)
+    check_r(r)
 
 
 def omega(r: int, epsilon: float, delta: float) -> float:
     """Lifting threshold of Algorithm 1, line 5: ``16 sqrt(r) ln(2/delta) ln(16 r/delta) / epsilon``."""
     _check_params(epsilon, delta, r)
     return 16.0 * math.sqrt(r) * math.log(2.0 / delta) * math.log(16.0 * r / delta) / float(epsilon)
-
-
-def _check_matrix(X: npt.ArrayLike) -> np.ndarray:
-    if not isinstance(X, np.ndarray):
-        try:
-            X = np.asarray(X, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InputDataError(f"X must be a 2-D array of numbers: {exc}") from None
-    if X.ndim != 2:
-        raise InputDataError(f"X must be 2-D (n rows x d features), got {X.ndim} dimension(s)")
-    if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
-        raise InputDataError(f"X must hold real numbers, got dtype {X.dtype}")
-    n, d = X.shape
-    if n < 2:
-        raise InputDataError(f"X needs at least 2 rows, got {n}")
-    if d < 1:
-        raise InputDataError("X needs at least 1 column, got 0")
-    return X
-
-
-def _blocks(n: int, d: int, block_rows: int | None) -> range:
-    step = block_rows or max(1, BLOCK_BYTES // (8 * max(d, 1)))
-    return range(0, n, step)
-
-
-def _read(X: np.ndarray, start: int, stop: int) -> FloatArray:
-    return np.asarray(X[start:stop], dtype=np.float64)
-
-
-def _raise_not_finite(B: FloatArray, offset: int) -> None:
-    bad = np.argwhere(~np.isfinite(B))
-    if bad.size:
-        row, col = bad[0]
-        raise InputDataError(
-            f"X must be finite: row {offset + int(row)}, column {int(col)} is NaN or infinite"
-        )
-    row = int(np.argmax(np.abs(B).max(axis=1)))
-    raise InputDataError(
-        f"X has values too large to square in float64 (overflow) around row {offset + row}: "
-        "rescale the features"
-    )
 
 
 def centred_spectrum(X: npt.ArrayLike, *, block_rows: int | None = None) -> Spectrum:
@@ -160,22 +109,22 @@ def centred_spectrum(X: npt.ArrayLike, *, block_rows: int | None = None) -> Spec
     Singular values below ``sqrt(eps_machine * sqrt(max(n, d))) * s_max`` (about sqrt(machine epsilon)
     times the largest, the resolution of a Gram-based SVD) are set to exactly 0.
     """
-    X = _check_matrix(X)
+    X = check_matrix(X)
     n, d = X.shape
-    blocks = _blocks(n, d, block_rows)
+    blocks = row_blocks(n, d, block_rows)
     shift = np.zeros(d)
-    ones = np.ones(blocks.step)  # column sums as a BLAS matrix-vector product (faster than ndarray.sum)
+    ones = np.ones(min(blocks.step, n))  # column sums as a BLAS product (faster than ndarray.sum)
     for _attempt in range(2):
         total = np.zeros(d)
         gram = np.zeros((d, d))
         for start in blocks:
-            B = _read(X, start, min(n, start + blocks.step))
+            B = read_block(X, start, min(n, start + blocks.step))
             if shift.any():
                 B = B - shift
             with np.errstate(over="ignore", invalid="ignore"):
                 block_gram = B.T @ B
             if not np.isfinite(np.diagonal(block_gram)).all():  # a NaN or inf anywhere shows up here
-                _raise_not_finite(B, start)
+                raise_not_finite(B, start)
             total += ones[: B.shape[0]] @ B
             gram += block_gram
         delta_mu = total / n
@@ -246,12 +195,12 @@ def _range_complement(
             XtW = np.zeros((X.shape[1], m - 1))
             for start in blocks:
                 stop = min(n, start + blocks.step)
-                XtW += (_read(X, start, stop) - spec.mean).T @ W[start:stop]
+                XtW += (read_block(X, start, stop) - spec.mean).T @ W[start:stop]
             coef = (Vp.T @ XtW) / sp[:, None] ** 2
             proj = Vp @ coef  # [d, m-1]:  U+ U+^T W = X~ V+ diag(1/s^2) V+^T X~^T W
             for start in blocks:
                 stop = min(n, start + blocks.step)
-                W[start:stop] -= (_read(X, start, stop) - spec.mean) @ proj
+                W[start:stop] -= (read_block(X, start, stop) - spec.mean) @ proj
     Q, _ = np.linalg.qr(W)
     Q -= ones @ (ones.T @ Q)
     Q, _ = np.linalg.qr(Q)
@@ -269,7 +218,8 @@ def release_projection(
     rng: np.random.Generator | None = None,
     block_rows: int | None = None,
 ) -> Release:
-    """Algorithm 1 (PO-GP-UCB, the curator part): release ``Z`` [n, r], (epsilon, delta)-DP (Theorem 1).
+    """Algorithm 1 (PO-GP-UCB, the curator part): release ``Z`` [n, r] (the paper's Theorem 1 claims
+    (epsilon, delta)-DP; that claim fails when n > d + 1, see the module docstring).
 
     ``lift="auto"`` lifts the singular values to ``sqrt(s^2 + omega^2)`` only when ``sigma_min < omega``
     (Alg. 1, lines 6-10); ``lift="always"`` lifts unconditionally (Blocki et al. 2012). ``projection`` is
@@ -280,7 +230,7 @@ def release_projection(
     _check_params(epsilon, delta, r)
     if lift not in ("auto", "always"):
         raise InputDataError(f'lift must be "auto" or "always", got {lift!r}')
-    X = _check_matrix(X)
+    X = check_matrix(X)
     n, d = X.shape
     r = int(r)
     if projection is None:
@@ -292,7 +242,7 @@ def release_projection(
             raise InputDataError(f"projection must have shape (d, r) = ({d}, {r}), got {M.shape}")
         if not np.isfinite(M).all():
             raise InputDataError("projection must be finite")
-    blocks = _blocks(n, d, block_rows)
+    blocks = row_blocks(n, d, block_rows)
     spec = centred_spectrum(X, block_rows=blocks.step)
     w = omega(r, epsilon, delta)
     lifted = lift == "always" or spec.sigma_min < w
@@ -322,9 +272,9 @@ def release_projection(
     for start in blocks:
         stop = min(n, start + blocks.step)
         if centre_blocks:
-            Z[start:stop] = (_read(X, start, stop) - spec.mean) @ B
+            Z[start:stop] = (read_block(X, start, stop) - spec.mean) @ B
         else:
-            np.matmul(_read(X, start, stop), B, out=Z[start:stop])
+            np.matmul(read_block(X, start, stop), B, out=Z[start:stop])
             Z[start:stop] -= mu_B
         if U0 is not None:
             Z[start:stop] += U0[start:stop] @ T0

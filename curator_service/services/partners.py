@@ -1,0 +1,65 @@
+"""Partners: tokens (shown once, stored hashed), grants of releases, query quotas, revocation."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+from curator_service import repository as repo
+from curator_service.exceptions import InvalidInput, NotFound
+from curator_service.models import Partner, utcnow
+from curator_service.services.auth import hash_token
+
+
+def new_token() -> str:
+    """A partner bearer token: 32 random bytes (256 bits), URL-safe, with a recognisable prefix."""
+    return "pobo_p_" + secrets.token_urlsafe(32)
+
+
+def _check_release_ids(session: Session, release_ids: Sequence[int]) -> None:
+    missing = sorted(set(release_ids) - repo.existing_release_ids(session, release_ids))
+    if missing:
+        raise InvalidInput(f"unknown release id(s): {', '.join(map(str, missing))}")
+
+
+def create_partner(
+    session: Session, *, name: str, release_ids: Sequence[int], max_queries: int
+) -> tuple[Partner, str]:
+    _check_release_ids(session, release_ids)
+    token = new_token()
+    partner = Partner(name=name.strip() or name, token_hash=hash_token(token), max_queries=max_queries)
+    repo.add(session, partner)
+    repo.add_grants(session, partner.id, release_ids)
+    return partner, token
+
+
+def get_partner(session: Session, partner_id: int) -> Partner:
+    partner = repo.get_partner(session, partner_id)
+    if partner is None:
+        raise NotFound(f"partner {partner_id} does not exist")
+    return partner
+
+
+def grant(session: Session, partner_id: int, release_ids: Sequence[int]) -> Partner:
+    partner = get_partner(session, partner_id)
+    _check_release_ids(session, release_ids)
+    repo.add_grants(session, partner_id, release_ids)
+    return partner
+
+
+def revoke(session: Session, partner_id: int) -> Partner:
+    partner = get_partner(session, partner_id)
+    if partner.revoked_at is None:
+        partner.revoked_at = utcnow()
+        session.flush()
+    return partner
+
+
+def granted(session: Session, partner_id: int) -> list[int]:
+    return repo.granted_release_ids(session, partner_id)
+
+
+def list_partners(session: Session) -> tuple[Sequence[Partner], dict[int, list[int]]]:
+    return repo.list_partners(session), repo.grants_by_partner(session)

@@ -1,0 +1,192 @@
+"""Outcome queries: a partner asks for row i's outcome; the curator answers from the column or by hand.
+
+Every query is committed (and charged to the partner's quota) before it is answered, and joins the
+release's hash-chained query log when its outcome is recorded (``querylog.py``). Outcomes are disclosed to
+the partner as they are: ``noise_std`` is simulation noise for retrospective pilots, not a privacy mechanism.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from curator_service import faults, querylog
+from curator_service import repository as repo
+from curator_service.db import Database
+from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
+from curator_service.models import Dataset, Query
+from curator_service.services.auth import Principal
+from curator_service.services.releases import get_release
+from curator_service.storage import ArrayStore
+from shared.hashchain import Verification
+from shared.privacy.rng import os_entropy_rng
+
+logger = logging.getLogger(__name__)
+
+
+def _column_outcome(store: ArrayStore, dataset: Dataset, index: int) -> float:
+    """Stored outcome of row ``index`` plus fresh N(0, noise_std^2) noise (a new OS-entropy draw)."""
+    assert dataset.outcomes_path is not None and dataset.outcomes_sha256 is not None
+    y = store.load(dataset.outcomes_path, dataset.outcomes_sha256)
+    value = float(y[index])
+    if dataset.noise_std > 0:
+        value += float(dataset.noise_std * os_entropy_rng().standard_normal())
+    return value
+
+
+def _settle(session: Session, store: ArrayStore, query: Query) -> Query:
+    """Evaluate a pending ``column`` query (idempotent: the first completion wins) and commit."""
+    if query.status != "pending":
+        return query
+    release = repo.get_release(session, query.release_id)
+    assert release is not None
+    dataset = repo.get_dataset(session, release.dataset_id)
+    assert dataset is not None
+    if dataset.objective_mode != "column":
+        return query
+    y = _column_outcome(store, dataset, query.row_index)
+    if repo.complete_query(session, query.id, y):
+        querylog.append_to_chain(session, query.id)  # same transaction: outcome and its chain link
+    session.commit()  # deliberate: the outcome is on record before it is sent
+    fresh = repo.refresh_query(session, query.id)
+    assert fresh is not None
+    return fresh
+
+
+def create_query(
+    session: Session,
+    store: ArrayStore,
+    principal: Principal,
+    release_id: int,
+    index: int,
+    idempotency_key: str | None,
+) -> tuple[Query, bool]:
+    """Ask for the outcome of row ``index``. Returns (query, replayed).
+
+    Order (each step matters):
+    1. access: the release exists (404) and is granted to this partner (403);
+    2. an ``Idempotency-Key`` seen before returns that query again, never charged twice (a different
+       release or index under the same key is a 409);
+    3. the index is in range (422), one query is taken from the quota (429);
+    4. the query row (``pending``) is COMMITTED — before anything is evaluated, so a crash cannot lose it;
+       a concurrent twin with the same key fails the unique constraint here, is rolled back (its quota
+       charge with it) and returns the winner's query;
+    5. ``column`` outcomes are evaluated and committed; ``manual`` ones stay pending until the curator
+       posts the measured value.
+    """
+    assert principal.partner_id is not None
+    partner_id = principal.partner_id
+    release = repo.get_release(session, release_id)
+    if release is None:
+        raise NotFound(f"release {release_id} does not exist")
+    if not repo.has_grant(session, partner_id, release_id):
+        raise Forbidden(f"this partner token has not been granted release {release_id}")
+    if idempotency_key is not None:
+        existing = repo.get_query_by_key(session, partner_id, idempotency_key)
+        if existing is not None:
+            return _replay(session, store, existing, release_id, index), True
+    if index >= release.n:
+        raise InvalidInput(
+            f"index {index} is out of range: release {release_id} has n = {release.n} rows "
+            f"(valid 0..{release.n - 1})"
+        )
+    if not repo.charge_quota(session, partner_id):
+        partner = repo.get_partner(session, partner_id)
+        used, quota = (partner.queries_used, partner.max_queries) if partner else (0, 0)
+        raise QuotaExceeded(
+            f"query quota used up: this partner has used {used} of its {quota} queries; "
+            "ask the curator to raise max_queries"
+        )
+    query = Query(
+        release_id=release_id,
+        partner_id=partner_id,
+        row_index=index,
+        status="pending",
+        y=None,
+        idempotency_key=idempotency_key,
+    )
+    session.add(query)
+    try:
+        session.commit()  # deliberate: the question is on record before its answer exists
+    except IntegrityError:
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        existing = repo.get_query_by_key(session, partner_id, idempotency_key)
+        if existing is None:
+            raise
+        return _replay(session, store, existing, release_id, index), True
+    faults.pause_point("query.after_commit")  # crash tests: the query is on record, not yet answered
+    return _settle(session, store, query), False
+
+
+def _replay(session: Session, store: ArrayStore, existing: Query, release_id: int, index: int) -> Query:
+    if existing.release_id != release_id or existing.row_index != index:
+        raise Conflict(
+            f"this Idempotency-Key was already used for query {existing.id} (release {existing.release_id}, "
+            f"index {existing.row_index}); use a new key for a different query"
+        )
+    return _settle(session, store, existing)
+
+
+def read_query(db: Database, store: ArrayStore, principal: Principal, query_id: int) -> Query:
+    """A query as its partner or the admin may see it (a fresh short read, for long-polling)."""
+    with db.session(write=False) as session:
+        query = repo.get_query(session, query_id)
+        if query is None:
+            raise NotFound(f"query {query_id} does not exist")
+        if not principal.is_admin and query.partner_id != principal.partner_id:
+            raise Forbidden(f"query {query_id} belongs to another partner")
+        return query
+
+
+def post_result(session: Session, query_id: int, y: float) -> Query:
+    """The curator's measured outcome of a pending ``manual`` query."""
+    query = repo.get_query(session, query_id)
+    if query is None:
+        raise NotFound(f"query {query_id} does not exist")
+    if query.status == "complete":
+        raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
+    release = repo.get_release(session, query.release_id)
+    assert release is not None
+    dataset = repo.get_dataset(session, release.dataset_id)
+    assert dataset is not None
+    if dataset.objective_mode != "manual":
+        raise Conflict(
+            f"query {query_id} is on a dataset whose outcomes come from its '{dataset.objective}' column; "
+            "results are posted only for objective_mode 'manual'"
+        )
+    if not repo.complete_query(session, query_id, y):
+        raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
+    querylog.append_to_chain(session, query_id)
+    fresh = repo.refresh_query(session, query_id)
+    assert fresh is not None
+    return fresh
+
+
+def list_queries(session: Session, principal: Principal, release_id: int) -> Sequence[Query]:
+    get_release(session, principal, release_id)
+    return repo.list_queries(session, release_id, None if principal.is_admin else principal.partner_id)
+
+
+def verify_queries(session: Session, principal: Principal, release_id: int) -> tuple[Verification, str]:
+    """Verify the release's query-log hash chain (admin, or a partner granted the release)."""
+    get_release(session, principal, release_id)
+    return querylog.verify_release_chain(session, release_id)
+
+
+def recover_pending_queries(db: Database, store: ArrayStore) -> int:
+    """Evaluate ``column`` queries a crash left pending (they were committed, and charged, already)."""
+    with db.session(write=False) as session:
+        ids = repo.pending_column_query_ids(session)
+    for query_id in ids:
+        with db.session(write=True) as session:
+            query = repo.get_query(session, query_id)
+            if query is not None:
+                _settle(session, store, query)
+    if ids:
+        logger.info("completed %d query(ies) left pending by an earlier crash", len(ids))
+    return len(ids)

@@ -1,0 +1,251 @@
+"""Releases: check-and-spend the population's budget, run the chosen mechanism, store Z immutably.
+
+Mechanisms (``ReleaseCreate.mechanism``):
+
+* ``gaussian`` (default): ``shared.privacy.gaussian.gaussian_release``, (epsilon, delta)-DP for one row
+  moving by norm <= 1 in scaled units; its ledger charge records the noise multiplier.
+* ``po-gp-ucb``: the paper's Algorithm 1 (``shared.privacy.po_gp_ucb``), served only with
+  ``acknowledge_no_guarantee``; its record says ``formal_guarantee: false``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from curator_service import faults
+from curator_service import repository as repo
+from curator_service.db import Database
+from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound
+from curator_service.models import Dataset, LedgerEntry, Population, Release, utcnow
+from curator_service.services.auth import Principal
+from curator_service.services.datasets import get_dataset
+from curator_service.storage import ArrayStore
+from shared.privacy.gaussian import GaussianCalibration, calibrate, gaussian_release
+from shared.privacy.po_gp_ucb import release_projection
+from shared.privacy.rng import os_entropy_rng
+from shared.schemas import ReleaseCreate
+
+logger = logging.getLogger(__name__)
+
+#: Relative slack of the budget comparison (so 0.3 + 0.6 + 0.1 fits a budget of 1.0 despite rounding).
+BUDGET_RTOL = 1e-9
+
+
+def fits(spent_so_far: float, extra: float, budget: float) -> bool:
+    return spent_so_far + extra <= budget * (1.0 + BUDGET_RTOL)
+
+
+def large_delta(delta: float, n: int) -> bool:
+    """delta >= 1/n: the mechanism "publish one random row in the clear" is (0, 1/n)-DP, so such a delta
+    protects nobody in particular."""
+    return delta * n >= 1.0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a release will do, decided before any budget is reserved."""
+
+    calibration: GaussianCalibration | None  # gaussian only
+    native: dict[str, Any] | None  # the ledger's native parameters
+    formal_guarantee: bool
+
+
+def _plan(dataset: Dataset, params: ReleaseCreate) -> _Plan:
+    """Refuse what a privacy officer would refuse (422), before the budget is touched."""
+    if large_delta(params.delta, dataset.n) and not params.allow_large_delta:
+        raise InvalidInput(
+            f"delta = {params.delta:g} is not below 1/n = {1.0 / dataset.n:.3g} (dataset {dataset.id} has "
+            f"n = {dataset.n} rows): a mechanism that publishes one random row in the clear meets such a "
+            "delta. "
+            'Choose delta < 1/n (e.g. 1/n^2), or send "allow_large_delta": true to release anyway (recorded).'
+        )
+    if params.mechanism == "po-gp-ucb":
+        return _Plan(calibration=None, native=None, formal_guarantee=False)
+    if params.r is not None and params.r >= dataset.d:
+        raise InvalidInput(
+            f"r = {params.r} is not below d = {dataset.d}: a Gaussian release projects only to fewer "
+            f"dimensions than the dataset's {dataset.d} features; omit r to release all {dataset.d} noisy "
+            "features"
+        )
+    cal = calibrate(params.epsilon, params.delta, dataset.d)
+    native = {
+        "kind": "gaussian",
+        "noise_multiplier": cal.noise_multiplier,
+        "sensitivity": cal.sensitivity,
+        "sigma": cal.sigma,
+    }
+    formal = dataset.formal_guarantee and not large_delta(params.delta, dataset.n)
+    return _Plan(calibration=cal, native=native, formal_guarantee=formal)
+
+
+def _budget_label(session: Session, population: Population) -> str:
+    ids = repo.dataset_ids_by_population(session).get(population.id, [])
+    named = f" {population.name!r}" if population.name else ""
+    return f"population {population.id}{named} (datasets {', '.join(map(str, ids))})"
+
+
+def _reserve(db: Database, dataset_id: int, params: ReleaseCreate) -> tuple[Dataset, _Plan, int]:
+    """Lock the population, check the budget (basic composition), insert a ``reserved`` entry; COMMIT."""
+    with db.session(write=True) as session:
+        dataset = get_dataset(session, dataset_id)
+        plan = _plan(dataset, params)
+        population = repo.lock_population(session, dataset.population_id)
+        assert population is not None
+        eps_spent, delta_spent = repo.ledger_totals(session, population.id)
+        for name, spent, asked, budget in (
+            ("epsilon", eps_spent, params.epsilon, population.epsilon_budget),
+            ("delta", delta_spent, params.delta, population.delta_budget),
+        ):
+            if not fits(spent, asked, budget):
+                raise Conflict(
+                    f"privacy budget exceeded: this release needs {name}={asked:g} but "
+                    f"{_budget_label(session, population)} has {name} {max(0.0, budget - spent):g} left "
+                    f"(budget {budget:g}, spent {spent:g}); nothing was released"
+                )
+        entry = LedgerEntry(
+            population_id=population.id,
+            dataset_id=dataset_id,
+            mechanism=params.mechanism,
+            epsilon=params.epsilon,
+            delta=params.delta,
+            native=plan.native,
+            status="reserved",
+        )
+        repo.add(session, entry)
+        session.commit()  # deliberate: the reservation is the lock-free part of the check-and-spend
+        return dataset, plan, entry.id
+
+
+def _cancel_reservation(db: Database, entry_id: int) -> None:
+    try:
+        with db.session(write=True) as session:
+            repo.delete_ledger_entry(session, entry_id)
+            session.commit()
+    except Exception:  # pragma: no cover - the entry then stays "reserved" (conservative: budget stays spent)
+        logger.exception("could not cancel ledger reservation %d", entry_id)
+
+
+def create_release(db: Database, store: ArrayStore, dataset_id: int, params: ReleaseCreate) -> Release:
+    """Check-and-spend the population's budget, run the mechanism, store Z and the release record.
+
+    1. One write transaction locks the dataset's population, sums its ledger (basic composition) and
+       either refuses (``Conflict``, nothing written) or inserts a ``reserved`` ledger entry and COMMITS:
+       the reservation must be visible to concurrent releases (of any dataset of the population) before
+       the long computation starts.
+    2. The mechanism runs outside any transaction (the caller is a worker thread, not the event loop), with
+       a fresh OS-entropy generator. If it fails, the reservation is deleted.
+    3. Z is written atomically (temp name, fsync, rename); then one transaction inserts the release row and
+       turns the ledger entry ``spent``. If that commit fails, the file and the reservation are removed.
+    """
+    dataset, plan, entry_id = _reserve(db, dataset_id, params)
+    relpath = store.new_relpath("releases", "z")
+    extra: dict[str, Any]
+    try:
+        X = store.load(dataset.features_path, dataset.features_sha256)
+        if params.mechanism == "gaussian":
+            gauss = gaussian_release(
+                X, epsilon=params.epsilon, delta=params.delta, r=params.r, rng=os_entropy_rng()
+            )
+            Z = gauss.Z
+            extra = {"noise_std": gauss.calibration.sigma}
+        else:
+            assert params.r is not None and params.lift is not None
+            alg1 = release_projection(
+                X,
+                epsilon=params.epsilon,
+                delta=params.delta,
+                r=params.r,
+                lift=params.lift,
+                rng=os_entropy_rng(),
+            )
+            Z = alg1.Z
+            extra = {
+                "lift": params.lift,
+                "lifted": alg1.lifted,
+                "omega": alg1.omega,
+                "sigma_min": alg1.sigma_min,
+            }
+        del X
+        sha = store.save(relpath, Z)
+        faults.pause_point("release.after_file")  # crash tests: Z on disk, release row not yet committed
+    except BaseException:
+        store.delete(relpath)
+        _cancel_reservation(db, entry_id)
+        raise
+
+    try:
+        with db.session(write=True) as session:
+            release = Release(
+                dataset_id=dataset_id,
+                mechanism=params.mechanism,
+                n=int(Z.shape[0]),
+                r=int(Z.shape[1]),
+                epsilon=params.epsilon,
+                delta=params.delta,
+                scaling=dict(dataset.scaling),
+                formal_guarantee=plan.formal_guarantee,
+                allow_large_delta=params.allow_large_delta,
+                acknowledged_no_guarantee=params.acknowledge_no_guarantee and params.mechanism == "po-gp-ucb",
+                z_path=relpath,
+                sha256=sha,
+                **extra,
+            )
+            repo.add(session, release)
+            reserved = repo.get_ledger_entry(session, entry_id)
+            if reserved is None:  # pragma: no cover - nobody else deletes reservations
+                raise Conflict("the budget reservation of this release vanished; nothing was released")
+            reserved.status = "spent"
+            reserved.release_id = release.id
+            reserved.updated_at = utcnow()
+            if "sigma_min" in extra:
+                repo.set_sigma_min(session, dataset_id, extra["sigma_min"])
+            session.commit()
+    except BaseException:
+        store.delete(relpath)
+        _cancel_reservation(db, entry_id)
+        raise
+    return release
+
+
+def get_release(session: Session, principal: Principal, release_id: int) -> Release:
+    """The release, if the principal may read it (admin: any; partner: granted ones only)."""
+    release = repo.get_release(session, release_id)
+    if release is None:
+        raise NotFound(f"release {release_id} does not exist")
+    if not principal.is_admin:
+        assert principal.partner_id is not None
+        if not repo.has_grant(session, principal.partner_id, release_id):
+            raise Forbidden(f"this partner token has not been granted release {release_id}")
+    return release
+
+
+def list_releases(session: Session, principal: Principal, dataset_id: int | None = None) -> Sequence[Release]:
+    if principal.is_admin:
+        if dataset_id is not None:
+            get_dataset(session, dataset_id)
+        return repo.list_releases(session, dataset_id=dataset_id)
+    if dataset_id is not None:
+        raise Forbidden("datasets are curator-private; list your releases with GET /v1/releases")
+    assert principal.partner_id is not None
+    return repo.list_releases(session, ids=repo.granted_release_ids(session, principal.partner_id))
+
+
+def release_file(store: ArrayStore, release: Release) -> tuple[str, str]:
+    """(verified absolute path of the release's .npy, sha256)."""
+    return str(store.verify(release.z_path, release.sha256)), release.sha256
+
+
+def release_rows(
+    store: ArrayStore, release: Release, offset: int, limit: int | None
+) -> tuple[list[list[float]], int]:
+    Z = store.load(release.z_path, release.sha256)
+    if offset > release.n:
+        raise InvalidInput(f"offset {offset} is past the end: release {release.id} has n = {release.n} rows")
+    stop = release.n if limit is None else min(release.n, offset + limit)
+    return np.asarray(Z[offset:stop]).tolist(), offset

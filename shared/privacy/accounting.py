@@ -1,0 +1,72 @@
+"""Composition of a population's privacy charges.
+
+Every charge on a ledger states its (epsilon, delta) and, where the mechanism has them, its native
+parameters: the Gaussian release's noise multiplier z (sigma over sensitivity; later the Laplace scale of
+output noise, the mu of a Gaussian-DP gradient oracle). Two accountants read them:
+
+* **basic composition** (Dwork & Roth 2014, Thm. 3.16): the epsilons add up and the deltas add up. This is
+  what the budget enforces: simple to state, never optimistic.
+* **PLD composition** (privacy loss distributions, Koskela et al. 2020 / Doroshenko et al. 2022, through
+  Google's ``dp_accounting``): charges with native parameters are composed as distributions, which is much
+  tighter for Gaussian noise (a Gaussian release at epsilon = e^1.1 plus a mu = 1 gradient oracle at
+  delta = 1e-5 each: 7.38 summed, 5.38 composed at delta = 2e-5). Charges without native parameters are
+  added on top by basic composition. Reported beside the ledger, for information.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dp_accounting
+from dp_accounting.pld import pld_privacy_accountant
+
+__all__ = ["Charge", "basic_composition", "pld_composition"]
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One spend: (epsilon, delta) as charged, and the mechanism's native parameters if it has any.
+
+    ``native`` keys understood here: ``{"kind": "gaussian", "noise_multiplier": z}`` (a Gaussian mechanism
+    with sensitivity 1 and noise z) and ``{"kind": "gdp", "mu": mu}`` (mu-Gaussian DP: z = 1 / mu).
+    """
+
+    epsilon: float
+    delta: float
+    native: dict[str, Any] | None = None
+
+    def event(self) -> dp_accounting.DpEvent | None:
+        if not self.native:
+            return None
+        kind = self.native.get("kind")
+        if kind == "gaussian":
+            return dp_accounting.GaussianDpEvent(float(self.native["noise_multiplier"]))
+        if kind == "gdp":
+            return dp_accounting.GaussianDpEvent(1.0 / float(self.native["mu"]))
+        return None
+
+
+def basic_composition(charges: Sequence[Charge]) -> tuple[float, float]:
+    """(sum of epsilons, sum of deltas)."""
+    return sum(c.epsilon for c in charges), sum(c.delta for c in charges)
+
+
+def pld_composition(charges: Sequence[Charge], delta: float) -> float | None:
+    """Epsilon of all ``charges`` together at total ``delta``: PLD for those with native parameters, plus the
+    basic sum of the rest (whose deltas are taken out of ``delta`` first). None when that leaves no delta.
+    """
+    events = [(c, c.event()) for c in charges]
+    rest = [c for c, e in events if e is None]
+    eps_rest, delta_rest = basic_composition(rest)
+    composed = [e for _, e in events if e is not None]
+    if not composed:
+        return eps_rest if delta_rest <= delta * (1 + 1e-9) else None
+    target = delta - delta_rest
+    if target <= 0:
+        return None
+    accountant = pld_privacy_accountant.PLDAccountant()
+    for event in composed:
+        accountant.compose(event)
+    return float(accountant.get_epsilon(target)) + eps_rest

@@ -1,0 +1,111 @@
+"""Public request and response bodies of the pobo HTTP API (the curator part).
+
+Both the curator service and its clients (the modeler's ``shared/client.py``) import these, so they are
+pure pydantic: this package never imports FastAPI or SQLAlchemy. Field names are part of the HTTP
+contract (docs/api.md); fields only ever get added.
+
+Privacy split: ``ReleasePublic`` is what a partner (the modeler) may see; ``ReleaseDetail`` adds the
+curator-private diagnostics (``sigma_min``, ``lifted``, the scaling) and is only served to the curator's
+admin. One module per seam: ``common`` (types, bounds, scaling), ``budget`` (populations, ledger, privacy
+report), ``datasets``, ``releases``, ``access`` (partners, queries, health, access log).
+"""
+
+from __future__ import annotations
+
+from shared.schemas.access import (
+    AccessLogEntry,
+    AccessLogPublic,
+    GrantCreate,
+    Health,
+    PartnerCreate,
+    PartnerCreated,
+    PartnerPublic,
+    PartnersPublic,
+    QueriesPublic,
+    QueryCreate,
+    QueryLogVerification,
+    QueryPublic,
+    QueryResult,
+)
+from shared.schemas.budget import (
+    FeatureProtection,
+    GuaranteeAtChange,
+    LedgerEntryPublic,
+    LedgerPublic,
+    PopulationBudget,
+    PopulationPublic,
+    PopulationsPublic,
+    PrivacyReport,
+    PrivacyRow,
+)
+from shared.schemas.common import (
+    DELTA_MIN,
+    EPSILON_MAX,
+    EPSILON_MIN,
+    ID_MAX,
+    LiftMode,
+    Mechanism,
+    ObjectiveMode,
+    QueryStatus,
+    Request,
+    RowId,
+    ScalingInfo,
+    ScalingKind,
+)
+from shared.schemas.datasets import (
+    DatasetPublic,
+    DatasetsPublic,
+)
+from shared.schemas.releases import (
+    NO_GUARANTEE_REASON,
+    ReleaseCreate,
+    ReleaseDetail,
+    ReleasePublic,
+    ReleaseRows,
+    ReleasesPublic,
+)
+
+__all__ = [
+    "AccessLogEntry",
+    "AccessLogPublic",
+    "DELTA_MIN",
+    "DatasetPublic",
+    "DatasetsPublic",
+    "EPSILON_MAX",
+    "EPSILON_MIN",
+    "FeatureProtection",
+    "GrantCreate",
+    "GuaranteeAtChange",
+    "Health",
+    "ID_MAX",
+    "LedgerEntryPublic",
+    "LedgerPublic",
+    "LiftMode",
+    "Mechanism",
+    "NO_GUARANTEE_REASON",
+    "ObjectiveMode",
+    "PartnerCreate",
+    "PartnerCreated",
+    "PartnerPublic",
+    "PartnersPublic",
+    "PopulationBudget",
+    "PopulationPublic",
+    "PopulationsPublic",
+    "PrivacyReport",
+    "PrivacyRow",
+    "QueriesPublic",
+    "QueryCreate",
+    "QueryLogVerification",
+    "QueryPublic",
+    "QueryResult",
+    "QueryStatus",
+    "ReleaseCreate",
+    "ReleaseDetail",
+    "ReleasePublic",
+    "ReleaseRows",
+    "ReleasesPublic",
+    "Request",
+    "RowId",
+    "ScalingInfo",
+    "ScalingKind",
+]

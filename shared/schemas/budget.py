@@ -1,0 +1,129 @@
+"""What privacy costs and protects: populations and their budgets, the ledger, the privacy report."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from shared.schemas.common import Mechanism, ScalingInfo
+
+
+class PopulationBudget(BaseModel):
+    """A population's budget and what its datasets have spent of it (basic composition)."""
+
+    dataset_ids: list[int] = Field(description="The datasets of the population (all spend from this budget).")
+    epsilon_budget: float
+    delta_budget: float
+    epsilon_spent: float
+    delta_spent: float
+    epsilon_pld: float | None = Field(
+        default=None,
+        description="Informational: the spent charges composed with privacy loss distributions "
+        "(dp-accounting) at delta_spent, tighter than the sum; null when nothing was spent. The budget "
+        "itself is enforced by the plain sums.",
+    )
+
+
+class PopulationPublic(PopulationBudget):
+    """The people behind one or more datasets, and their budget (admin only)."""
+
+    id: int
+    name: str | None = Field(description="The declared name (upload field `population`), or null.")
+    created_at: datetime
+
+
+class PopulationsPublic(BaseModel):
+    data: list[PopulationPublic]
+    count: int
+
+
+class PrivacyRow(BaseModel):
+    r: int
+    omega: float
+    feasible: bool = Field(description="sigma_min >= omega(r): Algorithm 1 releases without lifting.")
+
+
+class FeatureProtection(BaseModel):
+    """What a unit of the DP relation means for one feature, in the curator's own units."""
+
+    feature: str
+    scale: float = Field(description="Divisor applied before release (1 when the feature was not scaled).")
+    covered_change: float = Field(
+        description="The change of this feature alone (curator's units) that the guarantee covers at the "
+        "release's epsilon: the DP unit (norm 1 in scaled units) expressed in this feature."
+    )
+
+
+class GuaranteeAtChange(BaseModel):
+    """Group privacy for the Gaussian release: a row change of norm c is protected at a larger epsilon."""
+
+    change: float = Field(description="Row change in scaled units (norm); 1 is the DP unit.")
+    epsilon: float = Field(description="The epsilon (at the same delta) that protects a change of this size.")
+
+
+class PrivacyReport(BaseModel):
+    """Curator-private: what a release at (epsilon, delta) protects, and Algorithm 1's diagnostics.
+
+    ``guarantee`` states the protection in words; ``features`` in the curator's units, feature by feature.
+    ``sigma_min``, ``table`` and ``recommended_r`` concern only the paper's Algorithm 1 (``po-gp-ucb``),
+    which has no formal guarantee; they are computed from the data and are themselves outside any guarantee.
+    """
+
+    dataset_id: int
+    population_id: int
+    epsilon: float
+    delta: float
+    n: int
+    d: int
+    mechanism: Mechanism = Field(description="The default release mechanism this report describes.")
+    formal_guarantee: bool = Field(
+        description="Whether a Gaussian release at (epsilon, delta) would carry a proven guarantee (false "
+        "with data-dependent max_norm scaling, or delta >= 1/n)."
+    )
+    noise_std: float = Field(description="Noise standard deviation of a Gaussian release, in scaled units.")
+    guarantee: str = Field(description="What the Gaussian release protects, in one paragraph.")
+    features: list[FeatureProtection]
+    larger_changes: list[GuaranteeAtChange]
+    large_delta: bool = Field(description="delta >= 1/n: a release needs allow_large_delta (see warnings).")
+    outcomes: str = Field(description="What happens to the outcomes a partner asks for.")
+    warnings: list[str]
+    po_gp_ucb: str = Field(description="Why the paper's Algorithm 1 carries no guarantee here.")
+    sigma_min: float = Field(
+        description="Algorithm 1 only: smallest singular value of the centred, scaled features "
+        "(data-dependent, curator-private)."
+    )
+    recommended_r: int | None = Field(
+        description="Algorithm 1 only: largest r with sigma_min >= omega(r) (the paper's guideline; chosen "
+        "from the data, so outside any guarantee), or null."
+    )
+    table: list[PrivacyRow]
+    epsilon_spent: float
+    delta_spent: float
+    epsilon_left: float
+    delta_left: float
+    fits_budget: bool = Field(description="Whether a release at (epsilon, delta) fits in the budget left.")
+    scaling: ScalingInfo
+
+
+class LedgerEntryPublic(BaseModel):
+    id: int
+    dataset_id: int
+    release_id: int | None
+    mechanism: str
+    epsilon: float
+    delta: float
+    native: dict[str, Any] | None = Field(
+        description="The mechanism's own parameters (gaussian: noise_multiplier = sigma / sensitivity, "
+        "sensitivity, sigma), for accountants tighter than the sum."
+    )
+    status: Literal["reserved", "spent"]
+    created_at: datetime
+
+
+class LedgerPublic(PopulationBudget):
+    """A population's ledger: every charge of every dataset of the population."""
+
+    population_id: int
+    entries: list[LedgerEntryPublic]

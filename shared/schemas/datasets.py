@@ -1,0 +1,41 @@
+"""Dataset metadata (never row data)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from shared.schemas.common import ObjectiveMode, ScalingInfo
+
+
+class DatasetPublic(BaseModel):
+    """Metadata of an uploaded dataset (never any row data)."""
+
+    id: int
+    name: str
+    population_id: int = Field(description="The population whose budget this dataset's releases spend.")
+    population_name: str | None = Field(description="Its declared name, if any.")
+    population_reason: str | None = Field(
+        description='Why the dataset belongs to that population: "declared", "new", or the match found '
+        'at upload (e.g. "identical rows as dataset 3").'
+    )
+    n: int = Field(description="Number of data rows.")
+    d: int = Field(description="Number of feature columns.")
+    features: list[str]
+    objective: str | None = Field(description="Name of the outcome column (stored apart, never released).")
+    objective_mode: ObjectiveMode
+    noise_std: float
+    scaling: ScalingInfo
+    sha256: str = Field(description="sha256 of the uploaded CSV file, as received.")
+    features_sha256: str = Field(description="sha256 of the stored (scaled) float64 feature array.")
+    epsilon_budget: float = Field(description="The population's epsilon budget (shared by its datasets).")
+    delta_budget: float = Field(description="The population's delta budget (shared by its datasets).")
+    epsilon_spent: float = Field(description="Spent from the population's budget, by any of its datasets.")
+    delta_spent: float
+    created_at: datetime
+
+
+class DatasetsPublic(BaseModel):
+    data: list[DatasetPublic]
+    count: int

@@ -1,0 +1,47 @@
+"""Running a service's alembic migrations (at start-up, and in tests that step through revisions).
+
+On SQLite some schema changes need a table rebuilt (alembic's batch "move and copy": create the new table,
+copy the rows, drop the old one, rename). With foreign keys enforced, dropping a table that other tables
+reference fails, so the migration runs the way SQLite documents for such changes (``ALTER TABLE``, "making
+other kinds of table schema changes"): enforcement off on that connection *outside* the transaction,
+migrate, ``PRAGMA foreign_key_check`` inside the transaction (any dangling reference aborts it), commit,
+enforcement back on.
+"""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine
+
+__all__ = ["run_migrations"]
+
+
+def _set_foreign_keys(conn: Connection, on: bool) -> None:
+    # On the DBAPI connection itself: through SQLAlchemy the statement would open a transaction first, and
+    # SQLite ignores this pragma inside a transaction.
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    dbapi.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+
+
+def run_migrations(engine: Engine, cfg: Config, *, revision: str = "head", downgrade: bool = False) -> None:
+    """``alembic upgrade <revision>`` (or ``downgrade``) in one transaction on ``engine``."""
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            _set_foreign_keys(conn, False)
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                (command.downgrade if downgrade else command.upgrade)(cfg, revision)
+                if sqlite:
+                    dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if dangling:
+                        raise RuntimeError(
+                            f"migration to {revision} left {len(dangling)} dangling foreign key(s), first: "
+                            f"{tuple(dangling[0])}; nothing was changed"
+                        )
+        finally:
+            if sqlite:
+                _set_foreign_keys(conn, True)

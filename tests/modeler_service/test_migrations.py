@@ -1,0 +1,36 @@
+"""The modeler's models match its migrated schema, and migration 0002 upgrades studies made before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+
+from modeler_service.db import VERSION_TABLE, alembic_config, upgrade
+from modeler_service.models import Base
+from shared.servicekit.migrations import run_migrations
+
+
+def test_models_match_the_migrated_schema(app: Any) -> None:
+    with app.state.components.ctx.db.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert [d for d in diff if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)] == []
+
+
+def test_studies_before_0002_ran_on_algorithm_1(client: Any, app: Any) -> None:
+    from tests.modeler_service.conftest import study_body
+
+    created = client.post("/v1/studies", json=study_body())
+    assert created.status_code == 201, created.text
+    assert created.json()["release"]["mechanism"] == "gaussian"
+    db = app.state.components.ctx.db
+    db.engine.dispose()
+    run_migrations(db.engine, alembic_config(), revision="0001", downgrade=True)
+    upgrade(db.engine)
+    with db.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT release_mechanism, release_formal_guarantee, release_lift FROM modeler_studies")
+        ).one()
+    assert tuple(row) == ("po-gp-ucb", False, "auto")

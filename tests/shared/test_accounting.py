@@ -1,0 +1,42 @@
+"""Composition of a population's charges (``shared.privacy.accounting``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from dp_accounting.gaussian_mechanism import get_epsilon_gaussian
+
+from shared.privacy.accounting import Charge, basic_composition, pld_composition
+from shared.privacy.gaussian import calibrate
+
+
+def gaussian_charge(epsilon: float, delta: float, d: int = 7) -> Charge:
+    cal = calibrate(epsilon, delta, d)
+    return Charge(epsilon, delta, {"kind": "gaussian", "noise_multiplier": cal.noise_multiplier})
+
+
+def test_pld_is_much_tighter_than_the_sum_for_gaussian_charges() -> None:
+    """A Gaussian release at e^1.1 and a mu = 1 Gaussian-DP oracle, each at delta = 1e-5: 7.38 summed, and
+    exactly the epsilon of the composed GDP mechanism (mu = sqrt(mu1^2 + mu2^2)) at delta = 2e-5: 5.38."""
+    release = gaussian_charge(math.exp(1.1), 1e-5)
+    oracle = Charge(get_epsilon_gaussian(1.0, 1e-5), 1e-5, {"kind": "gdp", "mu": 1.0})
+    eps_sum, delta_sum = basic_composition([release, oracle])
+    assert eps_sum == pytest.approx(7.38, abs=0.01) and delta_sum == pytest.approx(2e-5)
+    composed = pld_composition([release, oracle], 2e-5)
+    assert composed == pytest.approx(5.38, abs=0.01)
+    mu = math.hypot(1 / release.native["noise_multiplier"], 1.0)  # type: ignore[index]
+    assert composed == pytest.approx(get_epsilon_gaussian(1 / mu, 2e-5), abs=1e-3)  # PLD is near-exact here
+
+
+def test_charges_without_native_parameters_add_up_on_top() -> None:
+    gaussian = gaussian_charge(1.0, 1e-6)
+    alg1 = Charge(2.0, 1e-6)  # the paper's Algorithm 1: no native parameters (and no guarantee)
+    total = pld_composition([gaussian, alg1], 2e-6)
+    assert total == pytest.approx(pld_composition([gaussian], 1e-6) + 2.0)  # type: ignore[operator]
+    assert pld_composition([alg1], 1e-6) == 2.0
+    assert pld_composition([gaussian, alg1], 1e-6) is None  # no delta left for the Gaussian part
+
+
+def test_one_gaussian_charge_composes_to_itself() -> None:
+    assert pld_composition([gaussian_charge(1.0, 1e-5)], 1e-5) == pytest.approx(1.0, abs=2e-3)
