@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from curator_service import csvparse
 from curator_service.api.deps import Components
-from curator_service.api.routes import access_log, datasets, health, partners, queries, releases
+from curator_service.api.routes import access_log, datasets, health, partners, populations, queries, releases
 from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import CuratorError
@@ -81,6 +81,10 @@ TAGS = [
     {
         "name": "datasets",
         "description": "Upload CSVs, read metadata, the privacy report and the ledger (admin).",
+    },
+    {
+        "name": "populations",
+        "description": "The people behind the datasets: one budget and one ledger per population (admin).",
     },
     {"name": "releases", "description": "DP releases of a dataset: create (admin), read and download."},
     {"name": "partners", "description": "Partner tokens, their grants and query quotas (admin)."},
@@ -342,7 +346,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     )
     app.state.components = components
     _install_error_handlers(app)
-    for module in (health, datasets, releases, partners, queries, access_log):
+    for module in (health, datasets, populations, releases, partners, queries, access_log):
         app.include_router(module.router)
     app.add_middleware(UploadGuard, components=components)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])

@@ -11,8 +11,6 @@ from curator_service.schemas import (
     DatasetPublic,
     DatasetsPublic,
     LedgerPublic,
-    PopulationPublic,
-    PopulationsPublic,
     PrivacyReport,
 )
 from curator_service.services import datasets as dataset_service
@@ -190,34 +188,3 @@ def privacy(
 def ledger(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
     dataset = dataset_service.get_dataset(session, dataset_id)
     return population_service.ledger_public(session, dataset.population_id)
-
-
-@router.get(
-    "/v1/populations",
-    response_model=PopulationsPublic,
-    summary="Populations: the people behind the datasets, and their budgets (admin)",
-    responses=_ERRORS,
-)
-def list_populations(_admin: AdminDep, session: SessionDep) -> PopulationsPublic:
-    data = population_service.views(session, population_service.list_populations(session))
-    return PopulationsPublic(data=data, count=len(data))
-
-
-@router.get(
-    "/v1/populations/{population_id}",
-    response_model=PopulationPublic,
-    summary="One population: its datasets, budget, spent (and the PLD-composed epsilon)",
-    responses={**_ERRORS, 404: {"description": "No such population."}},
-)
-def get_population(population_id: RowId, _admin: AdminDep, session: SessionDep) -> PopulationPublic:
-    return population_service.public(session, population_id)
-
-
-@router.get(
-    "/v1/populations/{population_id}/ledger",
-    response_model=LedgerPublic,
-    summary="A population's ledger",
-    responses={**_ERRORS, 404: {"description": "No such population."}},
-)
-def population_ledger(population_id: RowId, _admin: AdminDep, session: SessionDep) -> LedgerPublic:
-    return population_service.ledger_public(session, population_id)
