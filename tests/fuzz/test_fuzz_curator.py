@@ -10,6 +10,7 @@ not contain any raw feature value of the dataset, nor — for anyone but the adm
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -107,7 +108,8 @@ def _fuzz(
         # CSV, an index >= n, an over-spent budget), with a documented 4xx
         response = case.call_and_validate(headers=headers, excluded_checks=[positive_data_acceptance])
         body = response.content.decode("utf-8", "replace")  # .npy downloads are binary
-        leaked = [v for v in world["raw"] if v in body]
+        # a raw value as a whole number token (not a digit run inside a longer, noisy released number)
+        leaked = [v for v in world["raw"] if re.search(rf"(?<![0-9.]){re.escape(v)}(?![0-9])", body)]
         assert not leaked, f"{label}: raw feature values in the response: {leaked[:3]}"
         if headers is not ADMIN:
             assert world["sigma_min"] not in body, f"{label}: sigma_min shown to a non-admin"
