@@ -7,11 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from shared.schemas import Request
+
 StudyStatus = Literal["ready", "running", "awaiting_measurement", "done", "failed"]
 StrategyName = Literal["gp-ucb"]
 
 
-class FixedHyperparameters(BaseModel):
+class FixedHyperparameters(Request):
     """Fixed squared-exponential kernel hyper-parameters (in the units of the released Z)."""
 
     model_config = ConfigDict(
@@ -26,7 +28,7 @@ class FixedHyperparameters(BaseModel):
     noise_variance: float = Field(gt=0, allow_inf_nan=False, description="Observation noise variance > 0.")
 
 
-class StudyCreate(BaseModel):
+class StudyCreate(Request):
     """A GP-UCB study over a curator release (PO-GP-UCB, Alg. 2)."""
 
     model_config = ConfigDict(
@@ -166,7 +168,7 @@ class StepResult(BaseModel):
     timings: StepTimings
 
 
-class RunRequest(BaseModel):
+class RunRequest(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"iterations": 20}]})
 
     iterations: int | None = Field(

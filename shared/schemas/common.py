@@ -14,9 +14,15 @@ ScalingKind = Literal["none", "per_feature", "max_norm"]
 
 
 class Request(BaseModel):
-    """Request bodies reject unknown fields: a typo (or an attempt to pass a ``seed``) is a 422."""
+    """Base of every request body of both services.
 
-    model_config = ConfigDict(extra="forbid")
+    Unknown fields are refused (a typo, or an attempt to pass a ``seed``, is a 422), and types are strict:
+    a client's mistake is never silently coerced (``{"index": true}`` or ``{"index": "12"}`` is a 422, not
+    row 1 or 12; an integer field refuses 2.0); an integer is still accepted where a number is expected.
+    Subclasses' ``model_config`` is merged with this one by pydantic.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # --------------------------------------------------------------------------------------------- datasets
