@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 docs: $(STAMP)
-	$(BIN)/python -m shared.apidocs --write
+	$(BIN)/pobo docs api
 
 bench: $(STAMP)
 	$(BIN)/pobo bench synthetic --runs 50 --json bench-synthetic.json --plot bench-synthetic.png

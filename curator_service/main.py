@@ -8,7 +8,6 @@ import time
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
@@ -35,7 +34,7 @@ from curator_service.storage import ArrayStore
 from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PrivacyBudgetExceeded
-from shared.openapi import override_component_schema
+from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
 from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
 
 logger = logging.getLogger("curator_service")
@@ -251,19 +250,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors: list[dict[str, Any]] = []
-        parts: list[str] = []
-        for err in exc.errors():
-            loc = [str(p) for p in err.get("loc", ())]
-            section = loc[0] if loc else "request"
-            message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-            if len(loc) > 1:
-                parts.append(f"{section} field '{'.'.join(loc[1:])}': {message}")
-            else:  # a check across fields (a model validator): no single field to name
-                parts.append(f"{section}: {message}")
-            errors.append({"loc": loc, "msg": message, "type": err.get("type")})
-        detail = "invalid request: " + "; ".join(parts)
-        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+        return validation_error_response(exc)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
@@ -338,7 +325,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     # FastAPIOffline: /docs serves Swagger UI from the package, not a CDN (curators run air-gapped).
     app = FastAPIOffline(
         title="pobo curator",
-        version="1.0.0",
+        version=API_VERSION,
         summary="Differentially private releases, partner access and outcome queries (PO-GP-UCB, curator).",
         description=DESCRIPTION,
         openapi_tags=TAGS,
@@ -365,29 +352,8 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         # a worker (the supervisor ran the start-up): count failed tokens with its sibling workers
         shared_file=None if run_start_up else settings.data_dir / THROTTLE_FILE,
     )
-    _document_validation_errors(app)
+    document_validation_errors(app)
     return app
-
-
-def _document_validation_errors(app: FastAPI) -> None:
-    """Make the schema's 422 body the one the handler sends: ``{"detail": str, "errors": [...]}``."""
-    override_component_schema(
-        app,
-        "HTTPValidationError",
-        {
-            "title": "HTTPValidationError",
-            "type": "object",
-            "required": ["detail"],
-            "properties": {
-                "detail": {"type": "string", "description": "What is wrong, for a person to act on."},
-                "errors": {
-                    "type": "array",
-                    "items": {"type": "object"},
-                    "description": "Each invalid field: loc, msg, type (the input is never echoed).",
-                },
-            },
-        },
-    )
 
 
 def worker_app() -> FastAPI:

@@ -32,7 +32,7 @@ from modeler_service.service import ClientFactory, Context, default_client_facto
 from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit
 from shared.errors import InputDataError, PoboError, StrategyError
-from shared.openapi import override_component_schema
+from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
 from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
 
 log = logging.getLogger("pobo.modeler")
@@ -81,13 +81,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = []
-        for err in exc.errors():
-            err = {k: v for k, v in err.items() if k != "input"}  # never echo the payload (tokens)
-            if "ctx" in err:
-                err["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
-            errors.append(err)
-        return _error(422, errors)
+        return validation_error_response(exc)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
@@ -210,7 +204,7 @@ def create_app(
     # FastAPIOffline: /docs and /redoc serve their assets from the package, not a CDN (air-gapped sites).
     app = FastAPIOffline(
         title="pobo modeler",
-        version="1",
+        version=API_VERSION,
         description=DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
@@ -242,30 +236,8 @@ def create_app(
         window_seconds=settings.auth_window_seconds,
         shared_file=settings.data_dir / THROTTLE_FILE if worker else None,  # counted with sibling workers
     )
-    _document_422(app)
+    document_validation_errors(app)
     return app
-
-
-def _document_422(app: FastAPI) -> None:
-    """A 422 body is ``{"detail": [field errors]}`` (request validation) or ``{"detail": "<message>"}``
-    (a well-formed request refused on meaning, e.g. a curator token the curator refuses)."""
-    override_component_schema(
-        app,
-        "HTTPValidationError",
-        {
-            "title": "HTTPValidationError",
-            "type": "object",
-            "required": ["detail"],
-            "properties": {
-                "detail": {
-                    "anyOf": [
-                        {"type": "string"},
-                        {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}},
-                    ]
-                }
-            },
-        },
-    )
 
 
 def worker_app() -> FastAPI:

@@ -26,7 +26,7 @@ from pydantic import SecretStr
 JSON = dict[str, Any]
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "api.md"
-REGENERATE = "make docs (or .venv/bin/python -m shared.apidocs --write)"
+REGENERATE = "pobo docs api (or make docs)"
 METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
 TABLE_RULE = "|---|---|---|---|---|"
 OK_DESCRIPTION = "Successful Response"  # FastAPI's placeholder for an undocumented success response
@@ -34,7 +34,7 @@ OK_DESCRIPTION = "Successful Response"  # FastAPI's placeholder for an undocumen
 PREAMBLE = """\
 # pobo HTTP API
 
-<!-- Generated from the services' OpenAPI documents by `python -m shared.apidocs` (`make docs`).
+<!-- Generated from the services' OpenAPI documents by `pobo docs api` (`make docs`).
      Do not edit by hand: tests/test_api_docs.py fails when this file and the code disagree. -->
 
 pobo runs privacy-preserving outsourced Bayesian optimisation between two organisations that talk to each
@@ -72,10 +72,9 @@ A client that sends too many invalid tokens is locked out for a while with `429`
 ## Errors and status codes
 
 Every error body is JSON of the form `{"detail": "<message>"}`; the message is meant for a person to read
-and act on. The curator's validation errors (`422`) also carry `errors`: a list with one entry per invalid
-field (`loc`, `msg`, `type`). The modeler answers a request that fails validation with that list in
-`detail` itself (`{"detail": [{"loc": ..., "msg": ..., "type": ...}]}`) and its other `422`s with a
-message. Neither service echoes the rejected input back.
+and act on. A request that fails validation (`422`) also carries `errors`: a list with one entry per
+invalid field (`loc`, `msg`, `type`), the same on both services. Neither service echoes the rejected input
+back.
 
 | Status | Meaning |
 |---|---|
@@ -134,7 +133,7 @@ class Service:
     document: JSON
 
 
-def _openapi_documents() -> list[Service]:
+def openapi_documents() -> list[Service]:
     """Build both apps in a throwaway data dir and return their OpenAPI documents."""
     from curator_service.config import Settings
     from curator_service.main import create_app
@@ -371,7 +370,7 @@ class Renderer:
 
 def generate(services: list[Service] | None = None) -> str:
     """The whole Markdown document."""
-    services = services if services is not None else _openapi_documents()
+    services = services if services is not None else openapi_documents()
     lines = [PREAMBLE.rstrip("\n"), "", "## Reference", ""]
     lines += [f"* [{s.name} service](#{s.key}) (`{s.address}`)" for s in services]
     lines.append("")

@@ -20,8 +20,10 @@ curator_app = typer.Typer(help="The curator service (holds the sensitive rows)."
 modeler_app = typer.Typer(help="The modeler service (runs the optimization).", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks (utility and speed); not tests.", no_args_is_help=True)
 audit_app = typer.Typer(help="Audits of pobo's own guarantees.", no_args_is_help=True)
+docs_app = typer.Typer(help="The project's generated documentation.", no_args_is_help=True)
 app.add_typer(curator_app, name="curator")
 app.add_typer(audit_app, name="audit")
+app.add_typer(docs_app, name="docs")
 app.add_typer(modeler_app, name="modeler")
 app.add_typer(bench_app, name="bench")
 
@@ -239,6 +241,19 @@ def audit_privacy(
         os.replace(tmp, json_path)
     if failed:
         raise typer.Exit(1)
+
+
+@docs_app.command("api")
+def docs_api(
+    check: Annotated[
+        bool, typer.Option(help="Exit 1 (with a diff) when docs/api.md is out of date.")
+    ] = False,
+    stdout: Annotated[bool, typer.Option(help="Print the document instead of writing docs/api.md.")] = False,
+) -> None:
+    """Generate docs/api.md, the HTTP reference of both services, from their OpenAPI documents."""
+    from shared.apidocs import main as generate
+
+    generate(["--check"] if check else [] if stdout else ["--write"])
 
 
 @app.command("reconcile")

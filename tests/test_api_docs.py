@@ -20,7 +20,7 @@ def test_committed_api_doc_is_up_to_date(generated: str) -> None:
     committed = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
     assert committed == generated, (
         "docs/api.md does not match the API the code documents; "
-        "regenerate with `make docs` (or `.venv/bin/python -m shared.apidocs --write`)"
+        "regenerate with `pobo docs api` (or `make docs`)"
     )
 
 
@@ -39,3 +39,21 @@ def test_api_doc_covers_the_privacy_fields_and_both_services(generated: str) -> 
         assert needle in generated, needle
     assert "../shared" not in generated
     assert "API.md" not in generated
+
+
+def test_both_services_document_one_api_version_and_one_422_shape() -> None:
+    documents = {service.key: service.document for service in apidocs.openapi_documents()}
+    versions = {name: doc["info"]["version"] for name, doc in documents.items()}
+    assert len(set(versions.values())) == 1, versions
+    shapes = [doc["components"]["schemas"]["HTTPValidationError"] for doc in documents.values()]
+    assert shapes[0]["properties"]["detail"]["type"] == "string"
+    assert shapes[0] == shapes[1]
+
+
+def test_pobo_docs_api_check_passes_on_the_committed_file() -> None:
+    from typer.testing import CliRunner
+
+    from shared.cli import app
+
+    result = CliRunner().invoke(app, ["docs", "api", "--check"])
+    assert result.exit_code == 0, result.output

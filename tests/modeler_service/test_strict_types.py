@@ -35,3 +35,18 @@ def test_modeler_run_body_is_strict(client: TestClient) -> None:
         r = client.post(f"/v1/studies/{study['id']}/run", json={"iterations": iterations})
         assert r.status_code == 422, r.text
     assert client.get(f"/v1/studies/{study['id']}").json()["status"] == "ready"
+
+
+def test_a_validation_error_has_the_curators_shape(client: TestClient) -> None:
+    """Issue 12, item 8: one documented 422 body for both services: a message plus the field errors, and
+    never the rejected input (which may be a token)."""
+    r = client.post("/v1/studies", json=study_body(iterations="5", curator_token="secret-token-value"))
+    assert r.status_code == 422
+    body = r.json()
+    assert body["detail"] == "invalid request: body field 'iterations': Input should be a valid integer"
+    assert body["errors"] == [
+        {"loc": ["body", "iterations"], "msg": "Input should be a valid integer", "type": "int_type"}
+    ]
+    assert "secret-token-value" not in r.text
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["HTTPValidationError"]
+    assert schema["properties"]["detail"]["type"] == "string" and "errors" in schema["properties"]
