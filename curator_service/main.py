@@ -32,7 +32,7 @@ from curator_service.services import queries as query_service
 from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
 from shared import serving
-from shared.asgi_guards import AuthThrottle, BodyLimit
+from shared.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
 from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
@@ -351,6 +351,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         window_seconds=settings.auth_window_seconds,
         # a worker (the supervisor ran the start-up): count failed tokens with its sibling workers
         shared_file=None if run_start_up else settings.data_dir / THROTTLE_FILE,
+        exempt=is_token(admin_token.get_secret_value()),  # bad tokens from the same address never lock it out
     )
     document_validation_errors(app)
     return app

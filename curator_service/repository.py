@@ -258,6 +258,14 @@ def complete_query(session: Session, query_id: int, y: float) -> bool:
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
+def chained_queries(session: Session, release_id: int, partner_id: int) -> Sequence[Query]:
+    """One partner's queries that are links of the release's chain, in chain order."""
+    stmt = select(Query).where(
+        Query.release_id == release_id, Query.partner_id == partner_id, Query.chain_seq.is_not(None)
+    )
+    return session.scalars(stmt.order_by(Query.chain_seq)).all()
+
+
 def list_queries(session: Session, release_id: int, partner_id: int | None = None) -> Sequence[Query]:
     stmt = select(Query).where(Query.release_id == release_id)
     if partner_id is not None:

@@ -30,7 +30,7 @@ from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from modeler_service.service import ClientFactory, Context, default_client_factory
 from shared import serving
-from shared.asgi_guards import AuthThrottle, BodyLimit
+from shared.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
 from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
@@ -235,6 +235,7 @@ def create_app(
         max_failures=settings.auth_max_failures,
         window_seconds=settings.auth_window_seconds,
         shared_file=settings.data_dir / THROTTLE_FILE if worker else None,  # counted with sibling workers
+        exempt=is_token(token.get_secret_value()),  # bad tokens from the same address never lock it out
     )
     document_validation_errors(app)
     return app

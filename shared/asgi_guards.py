@@ -5,14 +5,20 @@
   limit (the curator's CSV upload) are exempt.
 * :class:`AuthThrottle` — a client (by peer address) whose requests *carrying a token* were answered
   401 ``max_failures`` times within ``window_seconds`` gets 429 with ``Retry-After`` on every
-  authenticated request until the window has passed, *even with a correct token*: a token-guessing
-  client learns nothing while locked.
+  authenticated request until the window has passed, *even with a correct partner token*: a
+  token-guessing client learns nothing while locked. The one exception is the service's own operator
+  token (the curator's admin token, the modeler's token; ``exempt``): someone else behind the same address
+  (a NAT, a proxy) must not be able to lock the operator out by sending bad tokens. That opens no
+  guessing channel worth having: the operator token is compared in constant time against one hash, and
+  the services refuse an operator token shorter than 24 characters (generated ones carry 256 bits).
   The failures are counted in memory (one process) or, with several uvicorn workers, in a small SQLite
   file the workers share (:class:`SharedFailureLog`), so the limit holds for the service as a whole.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import math
@@ -31,7 +37,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["AuthThrottle", "BodyLimit", "FailureLog", "MemoryFailureLog", "SharedFailureLog"]
+__all__ = ["AuthThrottle", "BodyLimit", "FailureLog", "MemoryFailureLog", "SharedFailureLog", "is_token"]
 
 logger = logging.getLogger("pobo.guards")
 
@@ -208,11 +214,30 @@ class SharedFailureLog:
             self._give_up(exc)
 
 
+def is_token(secret: str) -> Callable[[str], bool]:
+    """A constant-time test "is this the operator token?" (sha256 digests compared, the secret not kept)."""
+    expected = hashlib.sha256(secret.encode("utf-8")).digest()
+
+    def check(token: str) -> bool:
+        return hmac.compare_digest(hashlib.sha256(token.encode("utf-8")).digest(), expected)
+
+    return check
+
+
+def _bearer_token(scope: Scope) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return ""
+
+
 class AuthThrottle:
     """429 for a client after ``max_failures`` 401 answers within ``window_seconds`` (see module doc).
 
     ``shared_file``: count in that SQLite file, shared by the service's worker processes (wall clock);
-    otherwise in memory (``clock``, monotonic by default).
+    otherwise in memory (``clock``, monotonic by default). ``exempt(token)`` is true for the operator
+    token, which is served even while its address is locked.
     """
 
     def __init__(
@@ -223,9 +248,11 @@ class AuthThrottle:
         window_seconds: float,
         clock: Callable[[], float] | None = None,
         shared_file: Path | None = None,
+        exempt: Callable[[str], bool] | None = None,
     ) -> None:
         self.app = app
         self.max_failures = max_failures
+        self.exempt = exempt
         self.failures: FailureLog
         if shared_file is not None:
             self.clock = clock or time.time
@@ -249,7 +276,7 @@ class AuthThrottle:
         client = self._client(scope)
         if has_auth:
             wait = self.failures.locked_for(client, self.clock())
-            if wait > 0:
+            if wait > 0 and not (self.exempt is not None and self.exempt(_bearer_token(scope))):
                 await _send_json(
                     send,
                     429,

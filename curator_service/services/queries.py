@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session
 from curator_service import faults, querylog
 from curator_service import repository as repo
 from curator_service.db import Database
-from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
+from curator_service.exceptions import Conflict, InvalidInput, NotFound, QuotaExceeded
 from curator_service.models import Dataset, Query
 from curator_service.services.auth import Principal
 from curator_service.services.releases import get_release
 from curator_service.storage import ArrayStore
-from shared.hashchain import Verification
+from shared.hashchain import GENESIS_HASH, Verification
 from shared.privacy.rng import os_entropy_rng
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def create_query(
     """Ask for the outcome of row ``index``. Returns (query, replayed).
 
     Order (each step matters):
-    1. access: the release exists (404) and is granted to this partner (403);
+    1. access: the release exists and is granted to this partner (404 for either);
     2. an ``Idempotency-Key`` seen before returns that query again, never charged twice (a different
        release or index under the same key is a 409);
     3. the index is in range (422), one query is taken from the quota (429);
@@ -79,11 +79,7 @@ def create_query(
     """
     assert principal.partner_id is not None
     partner_id = principal.partner_id
-    release = repo.get_release(session, release_id)
-    if release is None:
-        raise NotFound(f"release {release_id} does not exist")
-    if not repo.has_grant(session, partner_id, release_id):
-        raise Forbidden(f"this partner token has not been granted release {release_id}")
+    release = get_release(session, principal, release_id)  # 404 alike for missing and ungranted
     if idempotency_key is not None:
         existing = repo.get_query_by_key(session, partner_id, idempotency_key)
         if existing is not None:
@@ -136,10 +132,9 @@ def read_query(db: Database, store: ArrayStore, principal: Principal, query_id: 
     """A query as its partner or the admin may see it (a fresh short read, for long-polling)."""
     with db.session(write=False) as session:
         query = repo.get_query(session, query_id)
-        if query is None:
+        if query is None or (not principal.is_admin and query.partner_id != principal.partner_id):
+            # another partner's query is "not found" too: a partner cannot probe which query ids exist
             raise NotFound(f"query {query_id} does not exist")
-        if not principal.is_admin and query.partner_id != principal.partner_id:
-            raise Forbidden(f"query {query_id} belongs to another partner")
         return query
 
 
@@ -173,9 +168,23 @@ def list_queries(session: Session, principal: Principal, release_id: int) -> Seq
 
 
 def verify_queries(session: Session, principal: Principal, release_id: int) -> tuple[Verification, str]:
-    """Verify the release's query-log hash chain (admin, or a partner granted the release)."""
+    """Verify the release's query-log hash chain (admin, or a partner granted the release).
+
+    The whole chain is always checked. The admin sees it whole; a partner sees ``ok``, ``entries`` counting
+    its own links only and ``head`` the hash of its own latest link, so an intact log tells it nothing about
+    how many queries other partners asked, or when. When the log is broken, ``first_bad_seq`` (the position
+    in the whole chain, needed to act on it) is shown to every principal that may verify.
+    """
     get_release(session, principal, release_id)
-    return querylog.verify_release_chain(session, release_id)
+    result, head = querylog.verify_release_chain(session, release_id)
+    if principal.is_admin:
+        return result, head
+    assert principal.partner_id is not None
+    own = repo.chained_queries(session, release_id, principal.partner_id)  # ordered by chain_seq
+    return (
+        Verification(ok=result.ok, entries=len(own), first_bad_seq=result.first_bad_seq),
+        own[-1].hash if own and own[-1].hash else GENESIS_HASH,
+    )
 
 
 def recover_pending_queries(db: Database, store: ArrayStore) -> int:

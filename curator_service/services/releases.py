@@ -214,14 +214,18 @@ def create_release(db: Database, store: ArrayStore, dataset_id: int, params: Rel
 
 
 def get_release(session: Session, principal: Principal, release_id: int) -> Release:
-    """The release, if the principal may read it (admin: any; partner: granted ones only)."""
+    """The release, if the principal may read it (admin: any; partner: granted ones only).
+
+    A partner gets the same 404 for a release that does not exist and for one it was not granted, so that
+    it cannot learn which release ids exist.
+    """
     release = repo.get_release(session, release_id)
-    if release is None:
-        raise NotFound(f"release {release_id} does not exist")
-    if not principal.is_admin:
+    if release is not None and not principal.is_admin:
         assert principal.partner_id is not None
         if not repo.has_grant(session, principal.partner_id, release_id):
-            raise Forbidden(f"this partner token has not been granted release {release_id}")
+            release = None
+    if release is None:
+        raise NotFound(f"release {release_id} does not exist")
     return release
 
 

@@ -102,7 +102,7 @@ async def test_grants_and_unknown_releases(world: World) -> None:
         )
     ).json()
     headers = world.partner_headers
-    assert (await world.client.get(f"/v1/releases/{new['id']}", headers=headers)).status_code == 403
+    assert (await world.client.get(f"/v1/releases/{new['id']}", headers=headers)).status_code == 404
     granted = await world.client.post(
         f"/v1/partners/{world.partner['id']}/grants",
         headers=ADMIN,

@@ -28,7 +28,7 @@ async def test_concurrent_queries_make_one_unbroken_chain(world: World) -> None:
     body = verify.json()
     assert body["ok"] is True and body["entries"] == 5 and body["first_bad_seq"] is None
     partner_view = await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=world.partner_headers)
-    assert partner_view.json() == body  # the granted partner may verify too
+    assert partner_view.json() == body  # the granted partner may verify too (here all 5 links are its own)
 
 
 async def test_verify_needs_a_grant(world: World) -> None:
@@ -39,7 +39,7 @@ async def test_verify_needs_a_grant(world: World) -> None:
     r = await world.client.get(
         f"/v1/releases/{world.release['id']}/queries/verify", headers={"Authorization": f"Bearer {token}"}
     )
-    assert r.status_code == 403
+    assert r.status_code == 404
     assert (await world.client.get("/v1/releases/999/queries/verify", headers=ADMIN)).status_code == 404
 
 
@@ -107,8 +107,38 @@ async def test_verify_reports_the_first_tampered_entry(
     assert before["ok"] and before["entries"] == 3
     with app.state.components.db.engine.begin() as conn:  # a rogue edit behind the service's back
         assert conn.execute(text(statement), {"r": rid}).rowcount == 1
-    after = (
-        await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=world.partner_headers)
-    ).json()
+    after = (await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=ADMIN)).json()
     assert after["ok"] is False and after["first_bad_seq"] == bad_seq
     assert after["head"] == before["head"]  # the stored head is what the log should end with
+    seen = (
+        await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=world.partner_headers)
+    ).json()
+    assert seen["ok"] is False and seen["first_bad_seq"] == bad_seq  # the partner is told too
+
+
+async def test_a_partner_verifies_without_learning_other_partners_activity(world: World) -> None:
+    """Issue 12, item 9: the whole chain is checked, but a partner's view counts its own links only."""
+    rid = world.release["id"]
+    other = await world.client.post(
+        "/v1/partners", headers=ADMIN, json={"name": "o", "release_ids": [rid], "max_queries": 9}
+    )
+    other_headers = {"Authorization": f"Bearer {other.json()['token']}"}
+    for i in range(2):
+        r = await world.client.post(
+            f"/v1/releases/{rid}/queries", headers=world.partner_headers, json={"index": i}
+        )
+        assert r.status_code == 201
+    mine = (
+        await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=world.partner_headers)
+    ).json()
+    for i in range(3):  # another partner's activity ...
+        r = await world.client.post(f"/v1/releases/{rid}/queries", headers=other_headers, json={"index": i})
+        assert r.status_code == 201
+    again = (
+        await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=world.partner_headers)
+    ).json()
+    assert again == mine and mine["ok"] is True and mine["entries"] == 2  # ... is invisible to this one
+    admin = (await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=ADMIN)).json()
+    assert admin["entries"] == 5 and admin["head"] != mine["head"]
+    theirs = (await world.client.get(f"/v1/releases/{rid}/queries/verify", headers=other_headers)).json()
+    assert theirs["entries"] == 3 and theirs["head"] == admin["head"]  # its own link is the last one

@@ -293,16 +293,18 @@ async def test_nothing_but_z_is_stored_for_a_release(world: World, data_dir, app
     assert not any("seed" in c or c in {"m", "projection"} for c in columns)
 
 
-async def test_partner_without_grant_gets_403(world: World) -> None:
+async def test_partner_without_grant_cannot_tell_the_release_exists(world: World) -> None:
+    """Issue 12, item 9: an ungranted release answers exactly like a missing one (404, same detail)."""
     other = await world.client.post(
         "/v1/partners", headers=ADMIN, json={"name": "b", "release_ids": [], "max_queries": 1}
     )
     headers = bearer(other.json()["token"])
     rid = world.release["id"]
-    for path in (f"/v1/releases/{rid}", f"/v1/releases/{rid}/rows", f"/v1/releases/{rid}/queries"):
-        response = await world.client.get(path, headers=headers)
-        assert response.status_code == 403, path
-        assert response.json() == {"detail": f"this partner token has not been granted release {rid}"}
+    for release in (rid, 999):
+        for path in ("", "/rows", "/queries", "/queries/verify"):
+            response = await world.client.get(f"/v1/releases/{release}{path}", headers=headers)
+            assert response.status_code == 404, path
+            assert response.json() == {"detail": f"release {release} does not exist"}
     assert (await world.client.get("/v1/releases", headers=headers)).json() == {"data": [], "count": 0}
 
 

@@ -28,8 +28,10 @@ def test_bad_tokens_on_any_worker_count_towards_one_limit(services: Services) ->
             with httpx.Client(timeout=30) as fresh:  # a new connection: any worker may take it
                 codes.append(fresh.get(f"{svc.url}{path}", headers={"Authorization": f"Bearer bad-{i}"}))
         assert [r.status_code for r in codes] == [401] * LIMIT
-        for _ in range(4):  # whichever worker answers: locked, even with the right token
+        for i in range(4):  # whichever worker answers: locked for any further guess ...
             with httpx.Client(timeout=30) as fresh:
-                locked = fresh.get(f"{svc.url}{path}", headers={"Authorization": f"Bearer {token}"})
+                locked = fresh.get(f"{svc.url}{path}", headers={"Authorization": f"Bearer worse-{i}"})
+                operator = fresh.get(f"{svc.url}{path}", headers={"Authorization": f"Bearer {token}"})
             assert locked.status_code == 429, (svc.kind, locked.text)
             assert int(locked.headers["retry-after"]) > 0
+            assert operator.status_code == 200, (svc.kind, operator.text)  # ... but not for the operator

@@ -124,17 +124,32 @@ def test_shared_throttle_falls_back_to_memory_when_its_file_fails(tmp_path: Path
 
 
 @pytest.mark.parametrize("service", ["curator", "modeler"])
-def test_repeated_bad_tokens_get_429(service: str, request: pytest.FixtureRequest) -> None:
+def test_repeated_bad_tokens_get_429_but_never_lock_out_the_operator(
+    service: str, request: pytest.FixtureRequest
+) -> None:
+    """Issue 12, item 9: after 5 bad tokens from one address, every further guess from it gets 429 (not
+    even checked), but the service's own operator token (the curator's admin, the modeler's token) is
+    still served: a third party behind the same address cannot lock the operator out."""
     client: TestClient = request.getfixturevalue(service)
     good, path = (ADMIN, "/v1/datasets") if service == "curator" else (MODELER, "/v1/studies")
     assert client.get(path, headers=_bearer(good)).status_code == 200
     codes = [client.get(path, headers=_bearer(f"wrong-{i}")).status_code for i in range(5)]
     assert codes == [401] * 5
-    locked = client.get(path, headers=_bearer(good))
+    locked = client.get(path, headers=_bearer("wrong-again"))
     assert locked.status_code == 429
     assert int(locked.headers["retry-after"]) > 0
     assert "invalid token" in locked.json()["detail"]
+    assert client.get(path, headers=_bearer(good)).status_code == 200  # the operator is not denied
+    assert client.get(path, headers={"Authorization": f"Basic {good}"}).status_code == 429  # only Bearer
     assert client.get("/healthz").status_code == 200  # unauthenticated health checks are not throttled
+
+
+def test_a_locked_out_address_cannot_use_a_partner_token(curator: TestClient) -> None:
+    partner = _seed_curator(curator)
+    assert curator.get("/v1/partners/me", headers=_bearer(partner)).status_code == 200
+    for i in range(5):
+        assert curator.get("/v1/partners/me", headers=_bearer(f"wrong-{i}")).status_code == 401
+    assert curator.get("/v1/partners/me", headers=_bearer(partner)).status_code == 429  # guessing stays shut
 
 
 # ------------------------------------------------------------------------------------------ body limits
