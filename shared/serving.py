@@ -11,6 +11,7 @@ Only ``uvicorn`` is imported here (lazily), never FastAPI or SQLAlchemy.
 
 from __future__ import annotations
 
+import copy
 import logging
 import signal
 from collections.abc import Callable
@@ -47,6 +48,36 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
 
 
+class RedactQueryStrings(logging.Filter):
+    """Drop the query string from uvicorn's access-log lines.
+
+    A client that puts a credential in the URL by mistake (``?token=...``) must not find it in a log: the
+    access line keeps the path and replaces whatever follows ``?`` by ``[redacted]``. pobo's own log lines
+    name paths only, never query strings.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn.access: (client_addr, method, full_path, http_version, status_code)
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0] + "?[redacted]", *args[3:])
+        return True
+
+
+def uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with :class:`RedactQueryStrings` on its access log handler.
+
+    Handed to ``uvicorn.run`` (not installed afterwards), so that it holds in the single process, in every
+    spawned worker (uvicorn configures each worker's logging from it), with or without TLS.
+    """
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_query"] = {"()": f"{__name__}.RedactQueryStrings"}
+    config["handlers"]["access"].setdefault("filters", []).append("redact_query")
+    return config
+
+
 def _exit_cleanly(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
@@ -73,6 +104,7 @@ def run(
         "port": port,
         "log_level": "info",
         "access_log": access_log,
+        "log_config": uvicorn_log_config(),
         "timeout_graceful_shutdown": 10,
         **tls,
     }

@@ -261,6 +261,7 @@ def test_two_party_loop_over_https(tls_services: TlsServices, pki: Pki) -> None:
         curator_log = admin.list_queries(release.id).queries
     assert [(q.id, q.index) for q in curator_log] == [(e["curator_query_id"], e["index"]) for e in audit]
 
+
     # Without the CA (system trust store only) the curator's certificate does not verify.
     with CuratorClient(s.curator.url, s.admin_token, retries=0) as stranger:
         with pytest.raises(CuratorUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
@@ -272,6 +273,17 @@ def test_two_party_loop_over_https(tls_services: TlsServices, pki: Pki) -> None:
     with CuratorClient(plain, s.admin_token, retries=0) as client:
         with pytest.raises(CuratorUnavailable):
             client.healthz()
+
+    # Issue 12, item 1, over TLS: a token put in the URL by mistake is answered and never logged.
+    with httpx.Client(base_url=s.curator.url, timeout=30, verify=client_ssl_context(pki.ca)) as c:
+        assert c.get(f"/v1/partners/me?token={partner.token}").status_code == 401
+    with httpx.Client(base_url=s.modeler.url, timeout=30, verify=client_ssl_context(pki.ca)) as m:
+        assert m.get(f"/v1/studies?token={s.modeler_token}").status_code == 401
+    s.curator.stop()
+    s.modeler.stop()
+    logs = s.curator.log_path.read_text(errors="replace") + s.modeler.log_path.read_text(errors="replace")
+    assert "/v1/partners/me?[redacted]" in logs
+    assert partner.token not in logs and s.modeler_token not in logs
 
 
 class _Ok(BaseHTTPRequestHandler):
