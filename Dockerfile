@@ -2,7 +2,16 @@
 FROM python:3.11-slim
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg \
     PATH=/opt/pobo/bin:$PATH
-RUN groupadd --system pobo && useradd --system --gid pobo --home-dir /data --create-home pobo
+# A fixed uid/gid (10001), so the host files compose bind-mounts as secrets (README, "Pilot deployment with
+# docker compose") can be given to exactly this user: chown 10001:10001, mode 0600.
+RUN groupadd --system --gid 10001 pobo \
+    && useradd --system --uid 10001 --gid pobo --home-dir /data --create-home pobo
+# The data directories compose mounts its named volumes on. A named volume mounted on an existing image
+# directory takes over that directory's owner and mode on first use; on a missing one Docker creates the
+# mount point owned by root, and the services (running as pobo) cannot write their data.
+RUN mkdir -p /data/curator /data/modeler \
+    && chown pobo:pobo /data/curator /data/modeler \
+    && chmod 0700 /data/curator /data/modeler
 WORKDIR /app
 # The services find their alembic environments at <source>/migrations, so the source tree stays in /app.
 COPY pyproject.toml README.md ./

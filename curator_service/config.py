@@ -20,7 +20,12 @@ ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105 - a file name, not a secret
 class Settings(BaseSettings):
     """One place for every knob; secrets are ``SecretStr`` so their ``repr`` never shows them."""
 
-    model_config = SettingsConfigDict(env_prefix="POBO_CURATOR_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="POBO_CURATOR_",
+        env_file=None,
+        extra="ignore",
+        secrets_dir="/run/secrets" if os.path.isdir("/run/secrets") else None,
+    )
 
     database_url: str | None = Field(
         default=None,

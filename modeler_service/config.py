@@ -31,7 +31,12 @@ def _write_secret(path: Path, value: str) -> None:
 class Settings(BaseSettings):
     """One place for every knob; secrets are ``SecretStr`` so their ``repr`` never shows them."""
 
-    model_config = SettingsConfigDict(env_prefix="POBO_MODELER_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="POBO_MODELER_",
+        env_file=None,
+        extra="ignore",
+        secrets_dir="/run/secrets" if os.path.isdir("/run/secrets") else None,
+    )
 
     database_url: str | None = Field(
         default=None,
