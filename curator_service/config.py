@@ -7,10 +7,10 @@ import secrets
 import sys
 from pathlib import Path
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.serving import WORKERS_HELP
+from shared.serving import WORKERS_HELP, check_operator_token
 from shared.tls import check_tls_files
 
 #: Name of the file (inside the data dir) that holds a generated admin token.
@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     tls_keyfile_password: SecretStr | None = Field(
         default=None, description="Password of tls_keyfile, if it is encrypted."
     )
+
+    @field_validator("admin_token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        return check_operator_token(token, "POBO_CURATOR_ADMIN_TOKEN")
 
     @model_validator(mode="after")
     def _check_tls(self) -> Settings:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from cryptography.fernet import Fernet
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.serving import WORKERS_HELP
+from shared.serving import WORKERS_HELP, check_operator_token
 from shared.tls import check_tls_files
 
 #: Files (inside the data dir) holding a generated bearer token and a generated encryption key.
@@ -99,6 +99,11 @@ class Settings(BaseSettings):
         default=None, description="Optional client certificate (PEM) presented to the curator (mutual TLS)."
     )
     curator_client_key: Path | None = Field(default=None, description="Private key of curator_client_cert.")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        return check_operator_token(token, "POBO_MODELER_TOKEN")
 
     @model_validator(mode="after")
     def _check_tls(self) -> Settings:

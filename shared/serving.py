@@ -43,6 +43,24 @@ WORKERS_HELP = (
 )
 
 
+#: Shortest operator token (the curator's admin token, the modeler's token) a service accepts from its
+#: settings: the failed-token lock-out never blocks the operator token (``shared.asgi_guards``), so its
+#: strength is what stops guessing. Generated tokens have 43 characters (256 bits).
+MIN_OPERATOR_TOKEN_LENGTH = 24
+
+
+def check_operator_token(token: SecretStr | None, variable: str) -> SecretStr | None:
+    """The configured operator token, if long enough (None: generated at first start)."""
+    if token is not None and 0 < len(token.get_secret_value()) < MIN_OPERATOR_TOKEN_LENGTH:
+        raise ValueError(
+            f"{variable} has {len(token.get_secret_value())} characters; use at least "
+            f"{MIN_OPERATOR_TOKEN_LENGTH} random ones, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))' (or leave it unset to have one "
+            "generated)"
+        )
+    return token
+
+
 def configure_logging() -> None:
     """The services' log format (also called in each spawned worker, which starts with no handlers)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

@@ -17,7 +17,7 @@ from modeler_service.main import create_app
 from shared.client import CuratorClient
 from tests.modeler_service.fake_curator import PARTNER_TOKEN, FakeCurator
 
-TOKEN = "modeler-test-token"  # noqa: S105 - test fixture
+TOKEN = "modeler-test-token-0123456789abcdef"  # noqa: S105 - test fixture
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")
 

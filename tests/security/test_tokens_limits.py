@@ -55,9 +55,7 @@ def _seed_curator(client: TestClient) -> str:
     )
     assert r.status_code == 201, r.text
     ds = r.json()["id"]
-    r = client.post(
-        f"/v1/datasets/{ds}/releases", headers=_bearer(ADMIN), json={"epsilon": 1, "delta": 1e-5}
-    )
+    r = client.post(f"/v1/datasets/{ds}/releases", headers=_bearer(ADMIN), json={"epsilon": 1, "delta": 1e-5})
     assert r.status_code == 201, r.text
     r = client.post(
         "/v1/partners",
@@ -255,3 +253,21 @@ def test_generated_token_files_are_owner_only(tmp_path: Path) -> None:
     m.resolve_secret_key()
     for name in (TOKEN_FILE, "secret.key"):
         assert stat.S_IMODE((tmp_path / "m" / name).stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("settings_cls", "field", "variable"),
+    [
+        (CuratorSettings, "admin_token", "POBO_CURATOR_ADMIN_TOKEN"),
+        (ModelerSettings, "token", "POBO_MODELER_TOKEN"),
+    ],
+)
+def test_a_short_operator_token_is_refused(
+    settings_cls: type, field: str, variable: str, tmp_path: Path
+) -> None:
+    """The lock-out never blocks the operator token, so the services refuse a guessable one at start."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=f"{variable} has 11 characters; use at least 24"):
+        settings_cls(data_dir=tmp_path, **{field: "hunter2-pwd"})
+    assert settings_cls(data_dir=tmp_path, **{field: "x" * 24})  # long enough
