@@ -108,6 +108,7 @@ def create_dataset(
     *,
     size: int | None,
     max_upload_bytes: int,
+    max_features: int,
     parse_workers: int = 1,
 ) -> Dataset:
     """Parse a CSV upload into a float64 feature array (+ outcome array) and record the dataset.
@@ -129,6 +130,11 @@ def create_dataset(
     feat_cols, obj_col, mode = _resolve_columns(upload, header)
     feature_names = [header[j] for j in feat_cols]
     d = len(feat_cols)
+    if d > max_features:
+        raise PayloadTooLarge(
+            f"the CSV has {d} feature columns; the limit is {max_features} (setting "
+            "POBO_CURATOR_MAX_FEATURES): select fewer with the form field `features`, or raise the limit"
+        )
     divisors: np.ndarray | None = None
     if spec.kind == "per_feature":
         assert spec.scales is not None

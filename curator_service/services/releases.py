@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from curator_service import faults
 from curator_service import repository as repo
 from curator_service.db import Database
-from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound
+from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 from curator_service.models import Dataset, LedgerEntry, Population, Release, utcnow
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset
@@ -56,8 +56,16 @@ class _Plan:
     formal_guarantee: bool
 
 
-def _plan(dataset: Dataset, params: ReleaseCreate) -> _Plan:
-    """Refuse what a privacy officer would refuse (422), before the budget is touched."""
+def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
+    """Refuse what a privacy officer would refuse (422), or what would not fit (413), before the budget is
+    touched."""
+    r = params.r if params.r is not None else dataset.d
+    size = dataset.n * r * 8
+    if size > max_bytes:
+        raise PayloadTooLarge(
+            f"this release would hold {dataset.n} x {r} float64 values ({size / 2**30:.2f} GiB); the limit "
+            f"is {max_bytes / 2**30:.2f} GiB (setting POBO_CURATOR_MAX_RELEASE_BYTES): use a smaller r"
+        )
     if large_delta(params.delta, dataset.n) and not params.allow_large_delta:
         raise InvalidInput(
             f"delta = {params.delta:g} is not below 1/n = {1.0 / dataset.n:.3g} (dataset {dataset.id} has "
@@ -90,11 +98,13 @@ def _budget_label(session: Session, population: Population) -> str:
     return f"population {population.id}{named} (datasets {', '.join(map(str, ids))})"
 
 
-def _reserve(db: Database, dataset_id: int, params: ReleaseCreate) -> tuple[Dataset, _Plan, int]:
+def _reserve(
+    db: Database, dataset_id: int, params: ReleaseCreate, max_bytes: int
+) -> tuple[Dataset, _Plan, int]:
     """Lock the population, check the budget (basic composition), insert a ``reserved`` entry; COMMIT."""
     with db.session(write=True) as session:
         dataset = get_dataset(session, dataset_id)
-        plan = _plan(dataset, params)
+        plan = _plan(dataset, params, max_bytes)
         population = repo.lock_population(session, dataset.population_id)
         assert population is not None
         eps_spent, delta_spent = repo.ledger_totals(session, population.id)
@@ -131,7 +141,9 @@ def _cancel_reservation(db: Database, entry_id: int) -> None:
         logger.exception("could not cancel ledger reservation %d", entry_id)
 
 
-def create_release(db: Database, store: ArrayStore, dataset_id: int, params: ReleaseCreate) -> Release:
+def create_release(
+    db: Database, store: ArrayStore, dataset_id: int, params: ReleaseCreate, *, max_bytes: int = 2 * 2**30
+) -> Release:
     """Check-and-spend the population's budget, run the mechanism, store Z and the release record.
 
     1. One write transaction locks the dataset's population, sums its ledger (basic composition) and
@@ -143,7 +155,7 @@ def create_release(db: Database, store: ArrayStore, dataset_id: int, params: Rel
     3. Z is written atomically (temp name, fsync, rename); then one transaction inserts the release row and
        turns the ledger entry ``spent``. If that commit fails, the file and the reservation are removed.
     """
-    dataset, plan, entry_id = _reserve(db, dataset_id, params)
+    dataset, plan, entry_id = _reserve(db, dataset_id, params, max_bytes)
     relpath = store.new_relpath("releases", "z")
     extra: dict[str, Any]
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 import httpx
 import numpy as np
@@ -337,3 +338,43 @@ def test_parallel_parse_matches_serial_and_numbers_rows_the_same(monkeypatch) ->
         )
     np.testing.assert_array_equal(results[1], results[2])
     np.testing.assert_array_equal(results[1], np.column_stack([X, y]))
+
+
+@pytest.fixture
+def narrow(settings: Any) -> Any:
+    """The service with small limits: 5 feature columns, releases of at most 8 KiB."""
+    settings.max_features = 5
+    settings.max_release_bytes = 8 * 1024
+    return settings
+
+
+async def test_wider_files_are_refused_with_the_limit_and_the_setting(
+    narrow: Any, client: httpx.AsyncClient
+) -> None:
+    """Issue 12, item 2: no operation may fail with a 500 on an input size a setting allows; wider uploads
+    are refused at upload, naming the limit and the setting, and nothing is stored."""
+    X, _ = synthetic(n=20, d=6)
+    r = await upload(client, make_csv(X))
+    assert r.status_code == 413
+    assert r.json()["detail"] == (
+        "the CSV has 6 feature columns; the limit is 5 (setting POBO_CURATOR_MAX_FEATURES): select fewer "
+        "with the form field `features`, or raise the limit"
+    )
+    ok = await upload(client, make_csv(X), features="x0,x1,x2,x3,x4")
+    assert ok.status_code == 201
+    assert (await client.get("/v1/datasets", headers=ADMIN)).json()["count"] == 1
+
+
+async def test_a_release_too_large_for_memory_is_refused_before_any_spending(
+    narrow: Any, client: httpx.AsyncClient
+) -> None:
+    X, _ = synthetic(n=300, d=4)
+    ds = (await upload(client, make_csv(X))).json()["id"]
+    big = await client.post(f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-6})
+    assert big.status_code == 413  # 300 x 4 x 8 bytes = 9600 > 8192
+    assert "setting POBO_CURATOR_MAX_RELEASE_BYTES" in big.json()["detail"]
+    assert (await client.get(f"/v1/datasets/{ds}/ledger", headers=ADMIN)).json()["entries"] == []
+    small = await client.post(
+        f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-6, "r": 3}
+    )
+    assert small.status_code == 201

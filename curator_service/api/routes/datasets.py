@@ -33,7 +33,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Upload a CSV dataset (streamed; header row required)",
     responses={
         **_ERRORS,
-        413: {"description": "The CSV is larger than POBO_CURATOR_MAX_UPLOAD_BYTES."},
+        413: {
+            "description": "The CSV is larger than POBO_CURATOR_MAX_UPLOAD_BYTES, or has more feature "
+            "columns than POBO_CURATOR_MAX_FEATURES."
+        },
         422: {"description": "A bad cell (named by data row, line and column), a bad column selection, ..."},
     },
 )
@@ -125,6 +128,7 @@ def create_dataset(
         file.file,
         size=file.size,
         max_upload_bytes=components.settings.max_upload_bytes,
+        max_features=components.settings.max_features,
         parse_workers=components.settings.csv_parse_workers,
     )
     return dataset_service.view(session, dataset)

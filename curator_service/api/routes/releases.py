@@ -44,6 +44,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     responses={
         **_ERRORS,
         409: {"description": "The population's privacy budget would be exceeded."},
+        413: {"description": "The release (n x r float64) would exceed POBO_CURATOR_MAX_RELEASE_BYTES."},
         422: {"description": "Invalid or refused parameters (the detail says which and why)."},
     },
 )
@@ -51,7 +52,9 @@ def create_release(
     dataset_id: RowId, body: ReleaseCreate, _admin: AdminDep, components: ComponentsDep
 ) -> ReleaseDetail:
     # A sync route: FastAPI runs it in a worker thread, so the projection never blocks the event loop.
-    release = release_service.create_release(components.db, components.store, dataset_id, body)
+    release = release_service.create_release(
+        components.db, components.store, dataset_id, body, max_bytes=components.settings.max_release_bytes
+    )
     return release_detail(release)
 
 
