@@ -14,11 +14,13 @@ from typing import Any
 
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 import curator_service
 from shared import sqlite_turns
 from shared.servicekit.migrations import run_migrations
+from shared.serving import create_private_file
 
 #: alembic environment of this service: <repo>/migrations/curator (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(curator_service.__file__).resolve().parent.parent / "migrations" / "curator"
@@ -28,6 +30,9 @@ _BEGIN_OPTION = "pobo_sqlite_begin"
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            create_private_file(Path(database))  # 0600 before SQLite creates it (and its WAL, SHM) 0644
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 60},

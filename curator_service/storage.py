@@ -91,7 +91,7 @@ class NpyStreamWriter:
         self.tmp_path = final_path.with_name(final_path.name + _TMP_MARK + uuid.uuid4().hex)
         self.ncols = ncols
         self.rows = 0
-        self._fh: BinaryIO | None = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in finish/abort
+        self._fh: BinaryIO | None = _open_private(self.tmp_path)
         self._fh.write(b"\0" * _STREAM_HEADER_BYTES)
 
     @property
@@ -138,6 +138,11 @@ class NpyStreamWriter:
         self.tmp_path.unlink(missing_ok=True)
 
 
+def _open_private(path: Path) -> BinaryIO:
+    """A new file for writing, mode 0600 whatever the process's umask (it holds raw rows)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+
+
 class ArrayStore:
     """The data dir's ``arrays/`` tree: ``datasets/<uuid>-features.npy``, ``releases/<uuid>-z.npy``, ..."""
 
@@ -145,7 +150,7 @@ class ArrayStore:
         self.data_dir = data_dir.resolve()
         self.root = self.data_dir / "arrays"
         for sub in ("datasets", "releases"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._verified: dict[str, tuple[int, int, str]] = {}
         self._lock = threading.Lock()
 
@@ -168,7 +173,7 @@ class ArrayStore:
         final = self.abspath(relpath)
         tmp = final.with_name(final.name + _TMP_MARK + uuid.uuid4().hex)
         try:
-            with open(tmp, "wb") as fh:
+            with _open_private(tmp) as fh:
                 writer = _HashingWriter(fh)
                 np.save(writer, np.ascontiguousarray(array, dtype="<f8"), allow_pickle=False)
                 fh.flush()

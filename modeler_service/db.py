@@ -16,12 +16,14 @@ from typing import Any
 
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 import modeler_service
 from shared import sqlite_turns
 from shared.servicekit.migrations import run_migrations
+from shared.serving import create_private_file
 
 #: alembic environment of this service: <repo>/migrations/modeler (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(modeler_service.__file__).resolve().parent.parent / "migrations" / "modeler"
@@ -31,6 +33,9 @@ _BEGIN_OPTION = "pobo_sqlite_begin"
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            create_private_file(Path(database))  # 0600 before SQLite creates it (and its WAL, SHM) 0644
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
 
         @event.listens_for(engine, "connect")

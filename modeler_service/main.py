@@ -133,7 +133,7 @@ def start_up(settings: Settings) -> Recovered:
     supervisor before it spawns the workers otherwise (a worker restarted later must not take the studies
     its siblings are running for stale ones).
     """
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     settings.resolve_token()
     settings.resolve_secret_key()
     reset_throttle(settings.data_dir)

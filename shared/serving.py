@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import signal
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,6 +61,36 @@ def check_operator_token(token: SecretStr | None, variable: str) -> SecretStr | 
             "generated)"
         )
     return token
+
+
+def private_data_dir(data_dir: Path, logger: logging.Logger, *, variable: str) -> None:
+    """Keep what the service writes to itself: umask 077 for this process (files 0600, directories 0700;
+    uvicorn's worker processes inherit it), the data dir created 0700, and a loud warning when an existing
+    data dir is open to its group or to others (it holds raw rows, outcomes, tokens and keys)."""
+    os.umask(0o077)
+    if data_dir.exists():
+        mode = stat.S_IMODE(data_dir.stat().st_mode)
+        if mode & 0o077:
+            logger.warning(
+                "the data dir %s (%s) has mode %o: other users of this machine may read what it holds; "
+                "run chmod 700 %s (new files are created 0600 whatever its mode)",
+                data_dir,
+                variable,
+                mode,
+                data_dir,
+            )
+    else:
+        data_dir.mkdir(mode=0o700, parents=True)
+
+
+def create_private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (for SQLite: its -wal and -shm files take
+    the database file's mode)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def configure_logging() -> None:
@@ -144,6 +176,7 @@ class ServiceSettings(Protocol):
     host: str
     port: int
     workers: int
+    data_dir: Path
     tls_certfile: Path | None
     tls_keyfile: Path | None
     tls_keyfile_password: SecretStr | None
@@ -169,6 +202,7 @@ def serve(
     ``before_workers()`` (the start-up work) once, then ``workers`` processes building ``factory``."""
     bind = host or settings.host
     n_workers = workers if workers is not None else settings.workers
+    private_data_dir(settings.data_dir, logger, variable=f"POBO_{service.upper()}_DATA_DIR")
     prefix = f"POBO_{service.upper()}_"
     warn_if_plaintext(logger, bind, tls=settings.tls_enabled, service=service, prefix=prefix)
     if n_workers > 1:

@@ -189,7 +189,7 @@ def measure(
     """One configuration: start both services, run the load, check every study, stop. Returns the numbers."""
     if database == "postgresql" and not postgres_url:
         raise ValueError("PostgreSQL needs --postgres-url (or POBO_BENCH_POSTGRES_URL)")
-    admin_token, modeler_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="pobo-load-") as tmp_name, ExitStack() as stack:
         tmp = Path(tmp_name)
         db_url = None

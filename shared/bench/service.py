@@ -52,7 +52,7 @@ def measure(
 ) -> dict[str, Any]:
     """Run the benchmark; returns per-step samples and percentiles (milliseconds)."""
     load_before = list(os.getloadavg())
-    admin_token, modeler_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="pobo-bench-") as tmp_name:
         tmp = Path(tmp_name)
         curator = ServiceProcess(

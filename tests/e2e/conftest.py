@@ -75,7 +75,7 @@ def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> It
         curator_db = modeler_db = url
     else:
         curator_db = modeler_db = None  # each service's default SQLite file in its data dir
-    admin_token, modeler_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     curator, modeler = service_pair(tmp_path, admin_token, modeler_token, curator_db, workers=workers)
     s = Services(curator, modeler, admin_token, modeler_token, tmp_path, curator_db, modeler_db, workers)
     try:

@@ -164,7 +164,7 @@ def tls_services(request: pytest.FixtureRequest, tmp_path: Path, pki: Pki) -> It
         engine.dispose()
         sep = "&" if "?" in PG_URL else "?"
         db_url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
-    admin_token, modeler_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     context = client_ssl_context(pki.ca)
     curator = ServiceProcess(
         "curator",
