@@ -77,6 +77,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Browser origins allowed to call the API (CORS). Empty (default): no CORS headers.",
     )
+    curator_url_allowlist: list[str] = Field(
+        default_factory=list,
+        description="Curator base URLs a study may use (JSON list, e.g. '[\"https://curator.example.org:8001\"]'"
+        "); a study's curator_url must start with one of them. Empty (default): any URL. Set it so that a "
+        "modeler token cannot make the modeler probe other hosts or internal ports.",
+    )
     resume_on_start: bool = Field(
         default=False,
         description="At start-up, a study left `running` or `awaiting_measurement` by a killed process is "

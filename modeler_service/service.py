@@ -51,7 +51,7 @@ from modeler_service.schemas import (
     StudyCreate,
     StudyPublic,
 )
-from shared.client import CuratorClient, CuratorError, ReleaseIntegrityError, npy_sha256
+from shared.client import CuratorClient, CuratorError, CuratorProtocolError, ReleaseIntegrityError, npy_sha256
 from shared.gp import Hyperparameters
 from shared.schemas import QueryPublic
 from shared.strategies import GPUCB, random_initial_indices
@@ -177,7 +177,10 @@ def default_client_factory(settings: Settings) -> ClientFactory:
 
 
 def upstream(exc: CuratorError, what: str) -> Exception:
-    """A curator error as the modeler's own: refused token 422, other 4xx pass through, the rest 502."""
+    """A curator error as the modeler's own: refused token 422, other 4xx pass through, the rest 502 (and
+    502 for any answer that is not a pobo curator's, whatever its status)."""
+    if isinstance(exc, CuratorProtocolError):
+        return UpstreamError(f"{what}: the server at curator_url does not answer like a pobo curator: {exc}")
     if exc.status_code in (401, 403):  # the caller's curator_token is wrong or revoked: a client error
         return Unprocessable(
             f"{what}: the curator refused the partner token ({exc.status_code}: {exc.detail}); "
@@ -211,8 +214,24 @@ def _hp_option(hp: Any) -> Hyperparameters | str:
     )
 
 
+def check_curator_url(url: str, allowlist: list[str]) -> None:
+    """The study's curator_url, against the setting CURATOR_URL_ALLOWLIST (empty: any URL)."""
+    if not allowlist:
+        return
+    base = url.rstrip("/")
+    for allowed in allowlist:
+        prefix = allowed.rstrip("/")
+        if base == prefix or base.startswith(prefix + "/"):
+            return
+    raise Unprocessable(
+        f"curator_url {base!r} is not allowed: this modeler talks only to {', '.join(map(repr, allowlist))} "
+        "(setting POBO_MODELER_CURATOR_URL_ALLOWLIST)"
+    )
+
+
 def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
     """Fetch the release's public parameters and Z (sha256-verified, stored atomically), then the study."""
+    check_curator_url(body.curator_url, ctx.settings.curator_url_allowlist)
     study_id = uuid.uuid4().hex
     token = body.curator_token.get_secret_value()
     client = ctx.client_factory(body.curator_url, token)

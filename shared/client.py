@@ -82,6 +82,7 @@ __all__ = [
     "AsyncCuratorClient",
     "CuratorClient",
     "CuratorError",
+    "CuratorProtocolError",
     "CuratorUnavailable",
     "Ledger",
     "LedgerEntry",
@@ -154,6 +155,11 @@ class ReleaseIntegrityError(CuratorError):
     """Downloaded release rows do not match the release's published sha256 (or are not an n x r array)."""
 
 
+class CuratorProtocolError(CuratorError):
+    """The server answered, but not as a pobo curator does: a redirect (never followed), a body that is not
+    JSON, or JSON of another shape. Usually ``curator_url`` points at another web server."""
+
+
 def _detail_text(detail: Any) -> str:
     if isinstance(detail, str):
         return detail
@@ -170,12 +176,23 @@ def _detail_text(detail: Any) -> str:
 
 
 def _error_from(resp: httpx.Response) -> CuratorError:
+    """A pobo error answer (JSON with ``detail``) as ``CuratorError``; anything else (an HTML page of a proxy
+    or of another web server) as ``CuratorProtocolError``, keeping the status code (a 503 stays a 503)."""
+    method, path = resp.request.method, resp.request.url.path
     try:
         body = resp.json()
-        detail = _detail_text(body["detail"]) if isinstance(body, dict) and "detail" in body else str(body)
-    except (ValueError, KeyError):
-        detail = resp.text[:500] or resp.reason_phrase
-    return CuratorError(resp.status_code, detail, method=resp.request.method, path=resp.request.url.path)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "detail" in body:
+        return CuratorError(resp.status_code, _detail_text(body["detail"]), method=method, path=path)
+    kind = resp.headers.get("content-type", "").split(";")[0].strip() or "a body without a content type"
+    return CuratorProtocolError(
+        resp.status_code,
+        f"{resp.reason_phrase or 'error'}, with {kind} instead of a pobo curator's error body "
+        "(is the curator_url the curator service's address, or is a proxy in front of it failing?)",
+        method=method,
+        path=path,
+    )
 
 
 def npy_sha256(path: str | os.PathLike[str]) -> str:
@@ -192,7 +209,7 @@ def _release_model(data: Any) -> ReleaseDetail | ReleasePublic:
     try:
         return ReleaseDetail.model_validate(data)
     except ValidationError:
-        return ReleasePublic.model_validate(data)
+        return _parse(ReleasePublic, data)
 
 
 class QueryWaitTimeout(CuratorError):
@@ -398,9 +415,45 @@ class _Base:
 def _decode(resp: httpx.Response) -> Any:
     if resp.status_code >= 400:
         raise _error_from(resp)
+    method, path = resp.request.method, resp.request.url.path
+    if 300 <= resp.status_code < 400:
+        target = resp.headers.get("location", "elsewhere")
+        raise CuratorProtocolError(
+            resp.status_code,
+            f"a redirect to {target[:200]}, which pobo never follows (a curator does not redirect); if you "
+            "trust that address, use it as curator_url",
+            method=method,
+            path=path,
+        )
     if resp.status_code == 204 or not resp.content:
         return None
-    return resp.json()
+    kind = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        if kind != "application/json":
+            raise ValueError(kind or "no content type")
+        return resp.json()
+    except ValueError:
+        raise CuratorProtocolError(
+            resp.status_code,
+            f"expected the JSON of a pobo curator, got {kind or 'a body without a content type'}: is the "
+            "curator_url the curator service's address?",
+            method=method,
+            path=path,
+        ) from None
+
+
+def _parse(model: type[M], data: Any) -> M:
+    """``data`` as ``model``; a body of another shape is the server's fault, not ours (no 500 for it)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "the body"
+        raise CuratorProtocolError(
+            None,
+            f"expected a pobo curator's {model.__name__}, got JSON of another shape ({where}: "
+            f"{first['msg']}): is the curator_url the curator service's address?",
+        ) from None
 
 
 def _fsync_replace(tmp: Path, dest: Path) -> None:
@@ -519,7 +572,7 @@ class CuratorClient(_Base):
     # -- operations ------------------------------------------------------------------------------------
     def healthz(self) -> Health:
         """``GET /healthz`` (no token needed). A 503 answer raises ``CuratorError``."""
-        return Health.model_validate(self._request(_Call("GET", "/healthz")))
+        return _parse(Health, self._request(_Call("GET", "/healthz")))
 
     # -- datasets (admin) ------------------------------------------------------------------------------
     def upload_dataset(
@@ -553,15 +606,15 @@ class CuratorClient(_Base):
             delta_budget=delta_budget,
             population=population,
         )
-        return DatasetPublic.model_validate(self._request(call))
+        return _parse(DatasetPublic, self._request(call))
 
     def list_datasets(self) -> DatasetsPublic:
         """Metadata of every dataset (admin)."""
-        return DatasetsPublic.model_validate(self._request(_Call("GET", "/v1/datasets")))
+        return _parse(DatasetsPublic, self._request(_Call("GET", "/v1/datasets")))
 
     def get_dataset(self, dataset_id: int) -> DatasetPublic:
         """Metadata of one dataset (admin)."""
-        return DatasetPublic.model_validate(self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}")))
+        return _parse(DatasetPublic, self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}")))
 
     def privacy_report(
         self, dataset_id: int, *, epsilon: float, delta: float, r_max: int | None = None
@@ -571,7 +624,7 @@ class CuratorClient(_Base):
         if r_max is not None:
             params["r_max"] = r_max
         data = self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/privacy", params=params))
-        return PrivacyReport.model_validate(data)
+        return _parse(PrivacyReport, data)
 
     # -- releases --------------------------------------------------------------------------------------
     def create_release(
@@ -637,32 +690,32 @@ class CuratorClient(_Base):
 
     def ledger(self, dataset_id: int) -> Ledger:
         """The privacy ledger of the dataset's population: budget, spent, one entry per release (admin)."""
-        return Ledger.model_validate(self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/ledger")))
+        return _parse(Ledger, self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/ledger")))
 
     def list_releases(self, dataset_id: int | None = None) -> ReleasesPublic:
         """Releases you may read (admin: all, or one dataset's; partner: the granted ones)."""
         path = f"/v1/datasets/{int(dataset_id)}/releases" if dataset_id is not None else "/v1/releases"
-        return ReleasesPublic.model_validate(self._request(_Call("GET", path)))
+        return _parse(ReleasesPublic, self._request(_Call("GET", path)))
 
     def list_partners(self) -> PartnersPublic:
         """Every partner with its grants and quota use (admin)."""
-        return PartnersPublic.model_validate(self._request(_Call("GET", "/v1/partners")))
+        return _parse(PartnersPublic, self._request(_Call("GET", "/v1/partners")))
 
     def get_partner(self, partner_id: int | None = None) -> PartnerPublic:
         """One partner (admin), or with no id the calling partner itself (``/v1/partners/me``)."""
         path = "/v1/partners/me" if partner_id is None else f"/v1/partners/{int(partner_id)}"
-        return PartnerPublic.model_validate(self._request(_Call("GET", path)))
+        return _parse(PartnerPublic, self._request(_Call("GET", path)))
 
     def grant(self, partner_id: int, release_ids: list[int]) -> PartnerPublic:
         """Grant a partner more releases (admin)."""
         body = {"release_ids": [int(i) for i in release_ids]}
         call = _Call("POST", f"/v1/partners/{int(partner_id)}/grants", json=body, idempotent=True)
-        return PartnerPublic.model_validate(self._request(call))
+        return _parse(PartnerPublic, self._request(call))
 
     def revoke_partner(self, partner_id: int) -> PartnerPublic:
         """Revoke a partner's token (it answers 401 from then on; admin)."""
         call = _Call("DELETE", f"/v1/partners/{int(partner_id)}", idempotent=True)
-        return PartnerPublic.model_validate(self._request(call))
+        return _parse(PartnerPublic, self._request(call))
 
     def access_log(
         self, *, limit: int = 1000, partner_id: int | None = None, after_id: int | None = None
@@ -673,14 +726,14 @@ class CuratorClient(_Base):
             for k, v in {"limit": limit, "partner_id": partner_id, "after_id": after_id}.items()
             if v is not None
         }
-        return AccessLogPublic.model_validate(self._request(_Call("GET", "/v1/access-log", params=params)))
+        return _parse(AccessLogPublic, self._request(_Call("GET", "/v1/access-log", params=params)))
 
     # -- partners (admin) ------------------------------------------------------------------------------
     def create_partner(self, name: str, *, release_ids: list[int], max_queries: int) -> PartnerCreated:
         """Grant a modeler organisation access to releases with a query quota; the token is shown once."""
         body = {"name": name, "release_ids": [int(i) for i in release_ids], "max_queries": int(max_queries)}
-        return PartnerCreated.model_validate(
-            self._request(_Call("POST", "/v1/partners", json=body, idempotent=False))
+        return _parse(
+            PartnerCreated, self._request(_Call("POST", "/v1/partners", json=body, idempotent=False))
         )
 
     # -- queries ---------------------------------------------------------------------------------------
@@ -691,11 +744,11 @@ class CuratorClient(_Base):
         a crash returns the same query instead of charging the quota again; without one a random key is
         used (still shared by this call's retries). 422 index out of range, 429 quota used up.
         """
-        return QueryPublic.model_validate(self._request(self._query_call(release_id, index, idempotency_key)))
+        return _parse(QueryPublic, self._request(self._query_call(release_id, index, idempotency_key)))
 
     def get_query(self, query_id: int, *, wait: float | None = None) -> QueryPublic:
         """A query; with ``wait`` the curator holds the request up to that many seconds until it completes."""
-        return QueryPublic.model_validate(self._request(self._get_query_call(query_id, wait)))
+        return _parse(QueryPublic, self._request(self._get_query_call(query_id, wait)))
 
     def wait_for_query(
         self,
@@ -718,18 +771,17 @@ class CuratorClient(_Base):
     def post_result(self, query_id: int, y: float) -> QueryPublic:
         """Post the measured outcome of a pending (``manual``) query (admin; 409 if already complete)."""
         call = _Call("POST", f"/v1/queries/{int(query_id)}/result", json={"y": float(y)}, idempotent=False)
-        return QueryPublic.model_validate(self._request(call))
+        return _parse(QueryPublic, self._request(call))
 
     def list_queries(self, release_id: int) -> QueriesPublic:
         """Queries of a release in creation order (admin: all; partner: its own)."""
-        return QueriesPublic.model_validate(
-            self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries"))
-        )
+        return _parse(QueriesPublic, self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries")))
 
     def verify_queries(self, release_id: int) -> QueryLogVerification:
         """Check the release's query-log hash chain on the curator (admin, or the granted partner)."""
-        return QueryLogVerification.model_validate(
-            self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries/verify"))
+        return _parse(
+            QueryLogVerification,
+            self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries/verify")),
         )
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -828,7 +880,7 @@ class AsyncCuratorClient(_Base):
 
     async def healthz(self) -> Health:
         """``GET /healthz``."""
-        return Health.model_validate(await self._request(_Call("GET", "/healthz")))
+        return _parse(Health, await self._request(_Call("GET", "/healthz")))
 
     async def upload_dataset(
         self,
@@ -857,15 +909,13 @@ class AsyncCuratorClient(_Base):
             delta_budget=delta_budget,
             population=population,
         )
-        return DatasetPublic.model_validate(await self._request(call))
+        return _parse(DatasetPublic, await self._request(call))
 
     async def list_datasets(self) -> DatasetsPublic:
-        return DatasetsPublic.model_validate(await self._request(_Call("GET", "/v1/datasets")))
+        return _parse(DatasetsPublic, await self._request(_Call("GET", "/v1/datasets")))
 
     async def get_dataset(self, dataset_id: int) -> DatasetPublic:
-        return DatasetPublic.model_validate(
-            await self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}"))
-        )
+        return _parse(DatasetPublic, await self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}")))
 
     async def privacy_report(
         self, dataset_id: int, *, epsilon: float, delta: float, r_max: int | None = None
@@ -874,7 +924,7 @@ class AsyncCuratorClient(_Base):
         if r_max is not None:
             params["r_max"] = r_max
         data = await self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/privacy", params=params))
-        return PrivacyReport.model_validate(data)
+        return _parse(PrivacyReport, data)
 
     async def create_release(
         self,
@@ -931,29 +981,27 @@ class AsyncCuratorClient(_Base):
         return Z
 
     async def ledger(self, dataset_id: int) -> Ledger:
-        return Ledger.model_validate(
-            await self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/ledger"))
-        )
+        return _parse(Ledger, await self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/ledger")))
 
     async def list_releases(self, dataset_id: int | None = None) -> ReleasesPublic:
         path = f"/v1/datasets/{int(dataset_id)}/releases" if dataset_id is not None else "/v1/releases"
-        return ReleasesPublic.model_validate(await self._request(_Call("GET", path)))
+        return _parse(ReleasesPublic, await self._request(_Call("GET", path)))
 
     async def list_partners(self) -> PartnersPublic:
-        return PartnersPublic.model_validate(await self._request(_Call("GET", "/v1/partners")))
+        return _parse(PartnersPublic, await self._request(_Call("GET", "/v1/partners")))
 
     async def get_partner(self, partner_id: int | None = None) -> PartnerPublic:
         path = "/v1/partners/me" if partner_id is None else f"/v1/partners/{int(partner_id)}"
-        return PartnerPublic.model_validate(await self._request(_Call("GET", path)))
+        return _parse(PartnerPublic, await self._request(_Call("GET", path)))
 
     async def grant(self, partner_id: int, release_ids: list[int]) -> PartnerPublic:
         body = {"release_ids": [int(i) for i in release_ids]}
         call = _Call("POST", f"/v1/partners/{int(partner_id)}/grants", json=body, idempotent=True)
-        return PartnerPublic.model_validate(await self._request(call))
+        return _parse(PartnerPublic, await self._request(call))
 
     async def revoke_partner(self, partner_id: int) -> PartnerPublic:
         call = _Call("DELETE", f"/v1/partners/{int(partner_id)}", idempotent=True)
-        return PartnerPublic.model_validate(await self._request(call))
+        return _parse(PartnerPublic, await self._request(call))
 
     async def access_log(
         self, *, limit: int = 1000, partner_id: int | None = None, after_id: int | None = None
@@ -963,14 +1011,12 @@ class AsyncCuratorClient(_Base):
             for k, v in {"limit": limit, "partner_id": partner_id, "after_id": after_id}.items()
             if v is not None
         }
-        return AccessLogPublic.model_validate(
-            await self._request(_Call("GET", "/v1/access-log", params=params))
-        )
+        return _parse(AccessLogPublic, await self._request(_Call("GET", "/v1/access-log", params=params)))
 
     async def create_partner(self, name: str, *, release_ids: list[int], max_queries: int) -> PartnerCreated:
         body = {"name": name, "release_ids": [int(i) for i in release_ids], "max_queries": int(max_queries)}
-        return PartnerCreated.model_validate(
-            await self._request(_Call("POST", "/v1/partners", json=body, idempotent=False))
+        return _parse(
+            PartnerCreated, await self._request(_Call("POST", "/v1/partners", json=body, idempotent=False))
         )
 
     async def create_query(
@@ -978,10 +1024,10 @@ class AsyncCuratorClient(_Base):
     ) -> QueryPublic:
         """See :meth:`CuratorClient.create_query`."""
         call = self._query_call(release_id, index, idempotency_key)
-        return QueryPublic.model_validate(await self._request(call))
+        return _parse(QueryPublic, await self._request(call))
 
     async def get_query(self, query_id: int, *, wait: float | None = None) -> QueryPublic:
-        return QueryPublic.model_validate(await self._request(self._get_query_call(query_id, wait)))
+        return _parse(QueryPublic, await self._request(self._get_query_call(query_id, wait)))
 
     async def wait_for_query(
         self, query_id: int, *, timeout: float | None = None, poll: float = 30.0
@@ -997,15 +1043,15 @@ class AsyncCuratorClient(_Base):
 
     async def post_result(self, query_id: int, y: float) -> QueryPublic:
         call = _Call("POST", f"/v1/queries/{int(query_id)}/result", json={"y": float(y)}, idempotent=False)
-        return QueryPublic.model_validate(await self._request(call))
+        return _parse(QueryPublic, await self._request(call))
 
     async def list_queries(self, release_id: int) -> QueriesPublic:
         data = await self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries"))
-        return QueriesPublic.model_validate(data)
+        return _parse(QueriesPublic, data)
 
     async def verify_queries(self, release_id: int) -> QueryLogVerification:
         data = await self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries/verify"))
-        return QueryLogVerification.model_validate(data)
+        return _parse(QueryLogVerification, data)
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         idempotent = method.upper() == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
