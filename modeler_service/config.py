@@ -59,6 +59,20 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=64, description=WORKERS_HELP)
     curator_timeout: float = Field(default=30.0, gt=0, description="Seconds per curator request.")
     curator_retries: int = Field(default=4, ge=0, le=20, description="Retries of a failed curator request.")
+    curator_retry_base_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="A running study whose curator is unreachable (or answers 502/503/504, or 429 with "
+        "Retry-After) waits this long before its first new attempt, then twice as long each time (with "
+        "jitter), up to curator_retry_max_seconds; status waiting_for_curator meanwhile.",
+    )
+    curator_retry_max_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=86400,
+        description="Longest wait between two attempts at an unreachable curator.",
+    )
     poll_seconds: float = Field(
         default=30.0, gt=0, le=600, description="Long-poll length while awaiting a manual measurement."
     )

@@ -112,6 +112,9 @@ class Study(Base):
     # run state
     status: Mapped[str] = mapped_column(String(32), default="ready", index=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: while ``waiting_for_curator``: when the runner tries again, and how many attempts failed in a row
+    retry_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    retry_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     run_target: Mapped[int | None] = mapped_column(Integer, nullable=True)  # iterations_done to reach
     iterations_done: Mapped[int] = mapped_column(Integer, default=0)
     audit_head: Mapped[str] = mapped_column(String(64), default=GENESIS_HASH)

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 from modeler_service.models import AuditEntry, Study, utcnow
 
 #: Statuses in which a runner (thread) owns the study.
-ACTIVE_STATUSES = ("running", "awaiting_measurement")
+#: A runner owns the study (a second run is a 409; a restart makes it ``ready`` again).
+ACTIVE_STATUSES = ("running", "awaiting_measurement", "waiting_for_curator")
 
 
 # ------------------------------------------------------------------------------------------------ studies
@@ -68,7 +69,13 @@ def set_status(
     error: str | None = None,
     clear_run_target: bool = False,
 ) -> bool:
-    values: dict[str, Any] = {"status": status, "error": error, "updated_at": utcnow()}
+    values: dict[str, Any] = {
+        "status": status,
+        "error": error,
+        "retry_at": None,
+        "retry_attempts": 0,
+        "updated_at": utcnow(),
+    }
     if clear_run_target:
         values["run_target"] = None
     stmt = update(Study).where(Study.id == study_id)
@@ -76,6 +83,43 @@ def set_status(
         stmt = stmt.where(Study.status.in_(tuple(only_if)))
     result = session.execute(stmt.values(**values).execution_options(synchronize_session=False))
     return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def set_waiting(session: Session, study_id: str, *, error: str, retry_at: datetime, attempts: int) -> bool:
+    """The runner waits for the curator: status, the last error and when it tries again (one UPDATE)."""
+    result = session.execute(
+        update(Study)
+        .where(Study.id == study_id, Study.status.in_(ACTIVE_STATUSES))
+        .values(
+            status="waiting_for_curator",
+            error=error,
+            retry_at=retry_at,
+            retry_attempts=attempts,
+            updated_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def resume_after_wait(session: Session, study_id: str, *, attempts: int) -> bool:
+    """Back to ``running`` for the next attempt (``attempts`` keeps counting until one succeeds)."""
+    result = session.execute(
+        update(Study)
+        .where(Study.id == study_id, Study.status == "waiting_for_curator")
+        .values(status="running", error=None, retry_at=None, retry_attempts=attempts, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def clear_retry_attempts(session: Session, study_id: str) -> None:
+    session.execute(
+        update(Study)
+        .where(Study.id == study_id)
+        .values(retry_attempts=0)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def stale_study_ids(session: Session) -> list[str]:

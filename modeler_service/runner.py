@@ -15,6 +15,8 @@ was recorded no longer exists.
 
 ``RunnerRegistry`` runs a study's iterations in a thread of its own (the event loop never does GP math or
 blocking HTTP); the database status, claimed with one conditional UPDATE, guarantees one runner per study.
+When the curator is unreachable or overloaded the runner waits and tries the same iteration again
+(``waiting_for_curator``, ``modeler_service.retry``); only permanent errors fail the study.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 
 from modeler_service import repository as repo
 from modeler_service import service
 from modeler_service.db import transaction
 from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
+from modeler_service.models import utcnow
+from modeler_service.retry import curator_cause, delay_seconds, is_transient
 from modeler_service.schemas import StepResult, StepTimings
 from modeler_service.service import Context, Intent
 from shared.client import CuratorError
@@ -190,6 +195,7 @@ class RunnerRegistry:
 
     def _run(self, study_id: str, stop: threading.Event) -> None:
         ctx = self.ctx
+        failures = 0  # transient curator failures in a row
         try:
             while not stop.is_set():
                 with transaction(ctx.db, write=False) as session:
@@ -202,7 +208,20 @@ class RunnerRegistry:
                         service.settle(session, study_id)
                     log.info("study %s: run finished at iteration %d", study_id, study.iterations_done)
                     return
-                self.stepper.step(study_id, wait=True, stop=stop, settle_at=target)
+                try:
+                    self.stepper.step(study_id, wait=True, stop=stop, settle_at=target)
+                except (ModelerError, CuratorError) as exc:
+                    cause = curator_cause(exc)
+                    if cause is None or not is_transient(cause):
+                        raise
+                    failures += 1
+                    if not self._wait_for_curator(study_id, cause, failures, stop):
+                        return
+                    continue
+                if failures:  # the curator is back: the next outage starts from the shortest wait
+                    failures = 0
+                    with transaction(ctx.db) as session:
+                        repo.clear_retry_attempts(session, study_id)
         except (ModelerError, CuratorError, PoboError) as exc:
             if not stop.is_set():
                 detail = getattr(exc, "detail", str(exc))
@@ -220,6 +239,38 @@ class RunnerRegistry:
             with self._lock:
                 if self._threads.get(study_id, (None,))[0] is threading.current_thread():
                     del self._threads[study_id]
+
+    def _wait_for_curator(
+        self, study_id: str, cause: CuratorError, failures: int, stop: threading.Event
+    ) -> bool:
+        """``waiting_for_curator`` (with the error and the next attempt's time), wait, ``running`` again.
+
+        False when the run must end instead (stopped by a shutdown, or the study left its active states).
+        """
+        settings = self.ctx.settings
+        wait = delay_seconds(
+            failures,
+            base=settings.curator_retry_base_seconds,
+            cap=settings.curator_retry_max_seconds,
+            retry_after=cause.retry_after,
+        )
+        retry_at = utcnow() + timedelta(seconds=wait)
+        log.warning(
+            "study %s: waiting for the curator (attempt %d failed: %s); next attempt in %.1f s",
+            study_id,
+            failures,
+            cause,
+            wait,
+        )
+        with transaction(self.ctx.db) as session:
+            if not repo.set_waiting(
+                session, study_id, error=str(cause), retry_at=retry_at, attempts=failures
+            ):
+                return False
+        if stop.wait(wait):
+            return False
+        with transaction(self.ctx.db) as session:
+            return repo.resume_after_wait(session, study_id, attempts=failures)
 
     def _mark(self, study_id: str, status: str, *, error: str | None) -> None:
         try:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from shared.schemas import Request
 
-StudyStatus = Literal["ready", "running", "awaiting_measurement", "done", "failed"]
+StudyStatus = Literal["ready", "running", "awaiting_measurement", "waiting_for_curator", "done", "failed"]
 StrategyName = Literal["gp-ucb"]
 
 
@@ -70,6 +70,7 @@ class StudyCreate(Request):
         if not all(0x21 <= ord(c) <= 0x7E for c in token):
             raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
         return value
+
     strategy: StrategyName = Field(default="gp-ucb", description="Optimisation strategy.")
     iterations: int = Field(ge=1, le=100_000, description="Query budget of the study (curator queries).")
     delta_prime: float = Field(default=0.05, gt=0, lt=1, description="GP-UCB confidence parameter delta'.")
@@ -134,7 +135,15 @@ class StudyPublic(BaseModel):
     exclude_queried: bool
     best: BestPoint | None
     pending: PendingQuery | None = Field(description="The iteration in flight, if any.")
-    error: str | None
+    error: str | None = Field(
+        description="failed: why (and what to do); waiting_for_curator: the last transient error."
+    )
+    retry_at: datetime | None = Field(
+        default=None, description="waiting_for_curator: when the runner asks the curator again."
+    )
+    retry_attempts: int = Field(
+        default=0, description="waiting_for_curator: failed attempts in a row (the backoff grows with them)."
+    )
     release: ReleaseInfo
     created_at: datetime
     updated_at: datetime

@@ -183,18 +183,25 @@ def upstream(exc: CuratorError, what: str) -> Exception:
         return UpstreamError(f"{what}: the server at curator_url does not answer like a pobo curator: {exc}")
     if exc.status_code in (401, 403):  # the caller's curator_token is wrong or revoked: a client error
         return Unprocessable(
-            f"{what}: the curator refused the partner token ({exc.status_code}: {exc.detail}); "
-            "check the study's curator_token"
+            f"{what}: the curator refused the study's partner token ({exc.status_code}: {exc.detail}); it "
+            "may be mistyped or revoked: ask the curator for a valid partner token (a study keeps the token "
+            "it was created with, so create a new study with the new one)"
         )
     if exc.status_code == 404:
-        return NotFound(f"{what}: not found at the curator ({exc.detail})")
+        return NotFound(
+            f"{what}: not found at the curator ({exc.detail}); the release may not be granted to this "
+            "partner token any more: ask the curator"
+        )
     if exc.status_code == 409:
         return Conflict(f"{what}: {exc.detail}")
     if exc.status_code == 422:
         return Unprocessable(f"{what}: the curator rejected the request ({exc.detail})")
     if exc.status_code == 429:
-        return QuotaExceeded(f"{what}: the curator's query quota is used up ({exc.detail})")
-    return UpstreamError(f"{what}: {exc}")
+        return QuotaExceeded(
+            f"{what}: the curator's query quota for this partner token is used up ({exc.detail}); ask the "
+            "curator for a larger quota, then POST /v1/studies/{id}/run to continue"
+        )
+    return UpstreamError(f"{what}: {exc}; if this persists, ask the curator's operator to check its log")
 
 
 class NotClaimed(Conflict):
@@ -331,6 +338,8 @@ def to_public(study: Study) -> StudyPublic:
         best=best,
         pending=pending,
         error=study.error,
+        retry_at=study.retry_at,
+        retry_attempts=study.retry_attempts or 0,
         release=ReleaseInfo(
             id=study.release_id,
             n=study.n,

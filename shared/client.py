@@ -115,14 +115,25 @@ class CuratorError(PoboError):
     readable line), so ``str(err)`` tells the user what the curator objected to.
     """
 
-    def __init__(self, status_code: int | None, detail: str, *, method: str = "", path: str = "") -> None:
+    def __init__(
+        self,
+        status_code: int | None,
+        detail: str,
+        *,
+        method: str = "",
+        path: str = "",
+        retry_after: float | None = None,
+    ) -> None:
         self.status_code = status_code
         self.detail = detail
         self.method = method
         self.path = path
-        where = f" to {method} {path}" if method else ""
-        code = f"{status_code}" if status_code is not None else "no answer"
-        super().__init__(f"curator answered {code}{where}: {detail}")
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After header (None: none sent)
+        where = f" {method} {path}" if method else ""
+        if status_code is None:
+            super().__init__(f"the curator could not be reached{' for' + where if where else ''}: {detail}")
+        else:
+            super().__init__(f"curator answered {status_code} to{where or ' a request'}: {detail}")
 
 
 class CuratorUnavailable(CuratorError):
@@ -183,8 +194,11 @@ def _error_from(resp: httpx.Response) -> CuratorError:
         body = resp.json()
     except ValueError:
         body = None
+    retry_after = _retry_after(resp.headers.get("retry-after"))
     if isinstance(body, dict) and "detail" in body:
-        return CuratorError(resp.status_code, _detail_text(body["detail"]), method=method, path=path)
+        return CuratorError(
+            resp.status_code, _detail_text(body["detail"]), method=method, path=path, retry_after=retry_after
+        )
     kind = resp.headers.get("content-type", "").split(";")[0].strip() or "a body without a content type"
     return CuratorProtocolError(
         resp.status_code,
@@ -192,7 +206,18 @@ def _error_from(resp: httpx.Response) -> CuratorError:
         "(is the curator_url the curator service's address, or is a proxy in front of it failing?)",
         method=method,
         path=path,
+        retry_after=retry_after,
     )
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the delay form; an HTTP date counts as "some time", 60 s)."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 60.0
 
 
 def npy_sha256(path: str | os.PathLike[str]) -> str:

@@ -37,6 +37,9 @@ class FakeCurator:
     release_id: int = 1
     fail_next: list[int] = field(default_factory=list)  # status codes to answer next (any endpoint)
     corrupt_rows: bool = False
+    down: bool = False  # every request: connection refused (the curator is not running)
+    lose_answers: int = 0  # the next N new queries are charged, but their answers never arrive
+    retry_after: str | None = None  # sent with the injected failures of fail_next
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -89,9 +92,12 @@ class FakeCurator:
     # ------------------------------------------------------------------------------------------ handler
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
+        if self.down:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
         if self.fail_next:
             code = self.fail_next.pop(0)
-            return httpx.Response(code, json={"detail": f"injected failure {code}"})
+            headers = {"retry-after": self.retry_after} if self.retry_after is not None else {}
+            return httpx.Response(code, json={"detail": f"injected failure {code}"}, headers=headers)
         auth = request.headers.get("authorization", "")
         token = auth.removeprefix("Bearer ")
         if token not in (PARTNER_TOKEN, ADMIN_TOKEN):
@@ -156,4 +162,7 @@ class FakeCurator:
             self.queries.append(q)
             if key is not None:
                 self.keys[key] = q["id"]
+            if self.lose_answers > 0:
+                self.lose_answers -= 1
+                raise httpx.ReadError("the connection broke before the answer arrived", request=request)
             return httpx.Response(201, json=dict(q))

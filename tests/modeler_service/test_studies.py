@@ -97,7 +97,7 @@ def test_create_study_validation(client: TestClient, overrides: dict[str, Any], 
 def test_create_study_curator_errors(client: TestClient, curator: FakeCurator) -> None:
     resp = client.post("/v1/studies", json=study_body(curator_token="not-a-token"))
     assert resp.status_code == 422
-    assert "refused the partner token" in resp.json()["detail"]
+    assert "refused the study's partner token" in resp.json()["detail"]
     resp = client.post("/v1/studies", json=study_body(release_id=9))
     assert resp.status_code == 404
     assert "release 9 not found" in resp.json()["detail"]
