@@ -11,35 +11,29 @@
    simple regret, the regret random choice would have had, privacy spent, audit chain verified and
    reconciled with the curator's query log. Write ``plot.png`` and ``audit.csv``; stop both services.
 
-``ServiceProcess`` and ``free_port`` are reused by ``pobo bench service`` and the end-to-end tests.
+The services run as ``shared.processes.ServiceProcess`` children (shared with the benchmarks and the
+end-to-end tests).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import math
 import os
 import secrets
-import signal
-import socket
-import ssl
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import numpy as np
 import numpy.typing as npt
 
 from shared.client import CuratorClient
+from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 
-__all__ = ["DEMO_CSV", "ServiceProcess", "expected_random_regret", "free_port", "run_demo", "service_pair"]
+__all__ = ["DEMO_CSV", "expected_random_regret", "progress_figure", "run_demo", "write_progress_plot"]
 
 DEMO_CSV = Path(__file__).with_name("data") / "demo_hospital.csv"
 #: Release parameters of the demo: the default Gaussian release at (epsilon, delta), all d = 7 features (no
@@ -47,203 +41,40 @@ DEMO_CSV = Path(__file__).with_name("data") / "demo_hospital.csv"
 #: features spread over ~40 units, the noise (std 3.73) over ~4.
 DEMO_EPSILON, DEMO_DELTA = 1.0, 1e-5
 
-Kind = Literal["curator", "modeler"]
+
+def progress_figure(ys: list[float], *, ylabel: str, true_best: float | None = None) -> Any:
+    """Best outcome so far vs iteration (a matplotlib Figure), the y axis named after the objective column,
+    with the true best as a dashed reference line when it is known (the demo made its data; a real modeler
+    never knows it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    t = np.arange(1, len(ys) + 1)
+    ax.step(t, np.maximum.accumulate(ys), where="post", lw=2, label="best found so far")
+    ax.plot(t, ys, "o", ms=3, alpha=0.5, label="outcome of each query")
+    if true_best is not None:
+        ax.axhline(true_best, ls="--", color="grey", label=f"true best ({true_best:g})")
+    ax.set_xlabel("iteration (curator query)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"GP-UCB on the released rows: best {ylabel} so far")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def write_progress_plot(ys: list[float], path: Path, *, ylabel: str, true_best: float | None = None) -> None:
+    """``progress_figure`` as a PNG, written atomically."""
+    import matplotlib.pyplot as plt
 
-
-class ServiceProcess:
-    """One pobo service as a child process (``python -m shared.cli <kind> serve``), logging to a file.
-
-    ``env`` holds the service's settings (``POBO_CURATOR_*`` / ``POBO_MODELER_*``); the child inherits the
-    rest of this process's environment. Use as a context manager: it is stopped with SIGTERM on exit.
-    """
-
-    def __init__(
-        self,
-        kind: Kind,
-        *,
-        port: int,
-        env: Mapping[str, str],
-        log_path: Path,
-        host: str = "127.0.0.1",
-        scheme: Literal["http", "https"] = "http",
-        verify: ssl.SSLContext | bool = True,
-        workers: int = 1,
-    ) -> None:
-        self.kind = kind
-        self.workers = workers  # uvicorn worker processes (``--workers``); > 1: a supervisor and its workers
-        self.host = host
-        self.scheme = scheme  # "https" when env carries the service's TLS_CERTFILE / TLS_KEYFILE settings
-        self.verify = verify  # how wait_healthy checks the service's certificate (https only)
-        self.port = port
-        self.env = dict(env)
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log_offset = 0
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}"
-
-    def start(self) -> ServiceProcess:
-        cmd = [
-            sys.executable,
-            "-m",
-            "shared.cli",
-            self.kind,
-            "serve",
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--workers",
-            str(self.workers),
-        ]
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0  # this start's lines
-        with open(self.log_path, "ab") as log:
-            # A session of its own: kill() reaches the worker processes too, as a crash of the host would.
-            self.proc = subprocess.Popen(  # noqa: S603
-                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        return self
-
-    def pids(self) -> list[int]:
-        """The service's processes: the supervisor (or the single process) first, then its workers."""
-        if self.proc is None or self.proc.poll() is not None:
-            return []
-        import psutil
-
-        try:
-            parent = psutil.Process(self.proc.pid)
-            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def wait_healthy(self, timeout: float = 60.0) -> None:
-        """Poll ``GET /healthz`` until 200 (and, with several workers, until all have started); raise (with
-        the log's tail) if the process dies or times out."""
-        assert self.proc is not None, "start() first"
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0, verify=self.verify) as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"the {self.kind} exited with code {self.proc.returncode}:\n{self.log_tail()}"
-                    )
-                try:
-                    if http.get(f"{self.url}/healthz").status_code == 200 and self._workers_started():
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
-        raise RuntimeError(f"the {self.kind} did not become healthy in {timeout:.0f} s:\n{self.log_tail()}")
-
-    def _workers_started(self) -> bool:
-        """With several workers: every one has finished its start-up (so none is still importing when the
-        first requests arrive). One process: already true when ``/healthz`` answers."""
-        if self.workers <= 1:
-            return True
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(self._log_offset)
-                text = fh.read().decode(errors="replace")
-        except OSError:
-            return False
-        return text.count("Application startup complete.") >= self.workers
-
-    def stop(self, timeout: float = 15.0) -> bool:
-        """SIGTERM (a graceful uvicorn shutdown), then SIGKILL if it does not exit within ``timeout``.
-
-        True when the process shut down cleanly: uvicorn finishes its shutdown and then re-raises the
-        signal it caught, so a clean exit is status 0 or -SIGTERM (anything but our SIGKILL).
-        """
-        if self.proc is None:
-            return True
-        if self.proc.poll() is not None:
-            self.kill()  # workers a dead supervisor may have left behind
-            return self.proc.returncode in (0, -signal.SIGTERM)
-        self.proc.send_signal(signal.SIGTERM)  # a supervisor passes it on to its workers
-        try:
-            clean = self.proc.wait(timeout) in (0, -signal.SIGTERM)
-        except subprocess.TimeoutExpired:
-            clean = False
-        self.kill()  # whatever is left of the process group (nothing, after a clean shutdown)
-        return clean
-
-    def kill(self) -> None:
-        """SIGKILL to the whole process group: no shutdown code runs (what a crash looks like)."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def __enter__(self) -> ServiceProcess:
-        if self.proc is None:
-            self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-def curator_env(data_dir: Path, admin_token: str, database_url: str | None = None) -> dict[str, str]:
-    env = {"POBO_CURATOR_DATA_DIR": str(data_dir), "POBO_CURATOR_ADMIN_TOKEN": admin_token}
-    if database_url:
-        env["POBO_CURATOR_DATABASE_URL"] = database_url
-    return env
-
-
-def modeler_env(data_dir: Path, token: str, database_url: str | None = None, **extra: str) -> dict[str, str]:
-    env = {"POBO_MODELER_DATA_DIR": str(data_dir), "POBO_MODELER_TOKEN": token, **extra}
-    if database_url:
-        env["POBO_MODELER_DATABASE_URL"] = database_url
-    return env
-
-
-def service_pair(
-    tmp: Path,
-    admin_token: str,
-    modeler_token: str,
-    database_url: str | None = None,
-    *,
-    workers: int = 1,
-    **modeler_extra: str,
-) -> tuple[ServiceProcess, ServiceProcess]:
-    """A curator and a modeler (not started) on free loopback ports, data dirs and logs under ``tmp``;
-    both on ``database_url`` (None: each its own SQLite file)."""
-    curator = ServiceProcess(
-        "curator",
-        port=free_port(),
-        env=curator_env(tmp / "curator", admin_token, database_url),
-        log_path=tmp / "curator.log",
-        workers=workers,
-    )
-    modeler = ServiceProcess(
-        "modeler",
-        port=free_port(),
-        env=modeler_env(tmp / "modeler", modeler_token, database_url, **modeler_extra),
-        log_path=tmp / "modeler.log",
-        workers=workers,
-    )
-    return curator, modeler
+    fig = progress_figure(ys, ylabel=ylabel, true_best=true_best)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    os.replace(tmp, path)
 
 
 def expected_random_regret(y: npt.ArrayLike, k: int) -> float:
@@ -455,7 +286,12 @@ def _demo_flow(
                 modeler.get(f"/v1/studies/{study['id']}/audit", params={"format": "csv"}).text,
                 encoding="utf-8",
             )
-            (output / "plot.png").write_bytes(modeler.get(f"/v1/studies/{study['id']}/plot.png").content)
+            write_progress_plot(
+                [float(e["y"]) for e in entries],
+                output / "plot.png",
+                ylabel=outcome_name,
+                true_best=float(np.max(outcome)),  # known here only because the demo made the data
+            )
         queries = admin.list_queries(release.id).queries
         reconciled = [(q.id, q.index, q.y) for q in queries] == [
             (e["curator_query_id"], e["index"], e["y"]) for e in entries
@@ -477,6 +313,7 @@ def _demo_flow(
         "true_best_patient": patients[true_best],
         "true_best_y": float(outcome[true_best]),
         "regret": float(outcome[true_best] - study["best"]["y"]),
+        "outcomes_seen": [float(e["y"]) for e in entries],
         "random_regret": expected_random_regret(outcome, iterations),
         "epsilon_spent": spent.epsilon_spent,
         "epsilon_budget": spent.epsilon_budget,

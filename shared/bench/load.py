@@ -37,8 +37,8 @@ import numpy as np
 import psutil
 
 from shared.client import CuratorClient
-from shared.demo import ServiceProcess, service_pair
 from shared.gp import median_distance
+from shared.processes import ServiceProcess, service_pair
 from shared.reconcile import reconcile
 
 Database = Literal["sqlite", "postgresql"]

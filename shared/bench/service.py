@@ -27,8 +27,8 @@ import httpx
 import numpy as np
 
 from shared.client import CuratorClient
-from shared.demo import ServiceProcess, curator_env, free_port, modeler_env
 from shared.gp import Hyperparameters, median_distance
+from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from shared.strategies import GPUCB
 
 TARGET_MS = 15.0

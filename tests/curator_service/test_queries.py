@@ -120,6 +120,7 @@ async def test_noise_is_fresh_per_query(client: httpx.AsyncClient) -> None:
         ys.append(r.json()["y"])
     ys = np.array(ys)
     assert len(set(ys.tolist())) == 200  # a fresh draw every time
+    # OS-entropy noise: false-failure rates 5.7e-7 (5 standard errors) and 6.7e-5 (chi-square, 199 dof)
     assert abs(ys.mean() - y[4]) < 5 * 0.5 / np.sqrt(200)
     assert 0.4 < ys.std(ddof=1) < 0.6
 

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from shared.client import CuratorClient
-from shared.demo import ServiceProcess, free_port, modeler_env, service_pair
+from shared.processes import ServiceProcess, free_port, modeler_env, service_pair
 
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.demo import ServiceProcess, curator_env, free_port
+from shared.processes import ServiceProcess, curator_env, free_port
 from tests.e2e.conftest import Services, write_csv
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.demo import ServiceProcess
+from shared.processes import ServiceProcess
 from shared.reconcile import reconcile
 from tests.e2e.conftest import Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from shared.demo import ServiceProcess, curator_env, free_port, modeler_env
+from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from tests.e2e.conftest import write_csv
 
 pytestmark = pytest.mark.slow

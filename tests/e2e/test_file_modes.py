@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.demo import ServiceProcess, curator_env, free_port
+from shared.processes import ServiceProcess, curator_env, free_port
 from tests.e2e.conftest import Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body
 

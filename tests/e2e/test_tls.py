@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from sqlalchemy import create_engine, text
 
 from shared.client import CuratorClient, CuratorUnavailable
-from shared.demo import ServiceProcess, curator_env, free_port, modeler_env
+from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from shared.tls import client_ssl_context, is_loopback
 from tests.e2e.conftest import write_csv
 
