@@ -257,11 +257,22 @@ def release_file(store: ArrayStore, release: Release) -> tuple[str, str]:
     return str(store.verify(release.z_path, release.sha256)), release.sha256
 
 
+#: Most numbers one JSON page of release rows may hold (~40 MB of JSON); the .npy download has no limit.
+MAX_JSON_VALUES = 2_000_000
+
+
 def release_rows(
     store: ArrayStore, release: Release, offset: int, limit: int | None
 ) -> tuple[list[list[float]], int]:
-    Z = store.load(release.z_path, release.sha256)
     if offset > release.n:
         raise InvalidInput(f"offset {offset} is past the end: release {release.id} has n = {release.n} rows")
     stop = release.n if limit is None else min(release.n, offset + limit)
+    if (stop - offset) * release.r > MAX_JSON_VALUES:
+        rows = max(1, MAX_JSON_VALUES // release.r)
+        raise PayloadTooLarge(
+            f"{stop - offset} rows x {release.r} values are too many for one JSON answer (at most "
+            f"{MAX_JSON_VALUES}): download the .npy file (Accept: application/x-npy, or ?format=npy), or "
+            f"page with ?offset=...&limit={rows}"
+        )
+    Z = store.load(release.z_path, release.sha256)
     return np.asarray(Z[offset:stop]).tolist(), offset

@@ -336,3 +336,21 @@ async def test_uncached_sigma_min_is_computed_once(client: httpx.AsyncClient, mo
         )
         assert r.status_code == 200
     assert calls == [1]
+
+
+async def test_json_rows_are_paged_not_unbounded(world: World, monkeypatch) -> None:
+    """Issue 12, item 2: no size a setting allows may end in a 500 (a JSON page of a big release would);
+    above the cap the answer is a 413 that says how to get the rows."""
+    monkeypatch.setattr(release_service, "MAX_JSON_VALUES", 100)  # the fixture's release: 120 x 4 values
+    rid = world.release["id"]
+    whole = await world.client.get(f"/v1/releases/{rid}/rows", headers=world.partner_headers)
+    assert whole.status_code == 413
+    assert "download the .npy file" in whole.json()["detail"] and "limit=25" in whole.json()["detail"]
+    page = await world.client.get(
+        f"/v1/releases/{rid}/rows", headers=world.partner_headers, params={"limit": 25}
+    )
+    assert page.status_code == 200 and len(page.json()["rows"]) == 25
+    npy = await world.client.get(
+        f"/v1/releases/{rid}/rows", headers={**world.partner_headers, "Accept": "application/x-npy"}
+    )
+    assert npy.status_code == 200

@@ -117,6 +117,7 @@ def _wants_npy(accept: str | None, fmt: str | None) -> bool:
             "description": "The rows (JSON) or the .npy file.",
         },
         304: {"description": "If-None-Match matched the ETag."},
+        413: {"description": "Too many values for one JSON page: use the .npy download or offset/limit."},
     },
 )
 def release_rows(
