@@ -180,7 +180,7 @@ class SharedFailureLog:
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
-    def _give_up(self, exc: sqlite3.Error) -> None:
+    def _give_up(self, exc: sqlite3.Error | OSError) -> None:
         if not self._failed:
             self._failed = True
             logger.warning(
@@ -201,7 +201,7 @@ class SharedFailureLog:
                 )
                 .fetchone()
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             self._give_up(exc)
             return self._fallback.locked_for(client, now)
         return float(last) + self.window - now if count >= self.max_failures else 0.0
@@ -214,7 +214,7 @@ class SharedFailureLog:
             conn = self._conn()
             conn.execute("INSERT INTO failures (client, at) VALUES (?, ?)", (client, now))
             conn.execute("DELETE FROM failures WHERE at <= ?", (now - self.window,))  # bounded size
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             self._give_up(exc)
 
 

@@ -339,14 +339,15 @@ def test_settings_still_read_the_environment_first(
     _clear_pobo_env(monkeypatch)
     field = {"curator": "admin_token", "modeler": "token"}[service]
     # No secrets directory (any machine without /run/secrets, e.g. `pobo demo` or the tests): the environment.
-    monkeypatch.setenv(f"{prefix}{field.upper()}", "from-env")
-    assert getattr(settings_cls(), field).get_secret_value() == "from-env"
+    from_env, from_file = "from-env-0123456789abcdefghij", "from-file-0123456789abcdefghij"  # >= 24 chars
+    monkeypatch.setenv(f"{prefix}{field.upper()}", from_env)
+    assert getattr(settings_cls(), field).get_secret_value() == from_env
     # A secret file of the same setting: the environment variable still wins (pydantic-settings' order) ...
-    (tmp_path / f"{prefix.lower()}{field}").write_text("from-file\n", encoding="utf-8")
-    assert getattr(settings_cls(_secrets_dir=tmp_path), field).get_secret_value() == "from-env"
+    (tmp_path / f"{prefix.lower()}{field}").write_text(from_file + "\n", encoding="utf-8")
+    assert getattr(settings_cls(_secrets_dir=tmp_path), field).get_secret_value() == from_env
     # ... and the file is read when the variable is not set.
     monkeypatch.delenv(f"{prefix}{field.upper()}")
-    assert getattr(settings_cls(_secrets_dir=tmp_path), field).get_secret_value() == "from-file"
+    assert getattr(settings_cls(_secrets_dir=tmp_path), field).get_secret_value() == from_file
 
 
 @pytest.mark.parametrize("package", ["curator_service", "modeler_service"])

@@ -86,12 +86,12 @@ async def test_every_v1_route_requires_a_token(client: httpx.AsyncClient) -> Non
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("POBO_CURATOR_DATA_DIR", str(tmp_path / "d"))
-    monkeypatch.setenv("POBO_CURATOR_ADMIN_TOKEN", "from-env")
+    monkeypatch.setenv("POBO_CURATOR_ADMIN_TOKEN", "from-env-0123456789abcdefghij")
     monkeypatch.setenv("POBO_CURATOR_MAX_UPLOAD_BYTES", "1234")
     monkeypatch.setenv("POBO_CURATOR_PORT", "9001")
     s = Settings()
     assert s.data_dir == tmp_path / "d"
-    assert s.admin_token is not None and s.admin_token.get_secret_value() == "from-env"
+    assert s.admin_token is not None and s.admin_token.get_secret_value() == "from-env-0123456789abcdefghij"
     assert "from-env" not in repr(s)
     assert s.max_upload_bytes == 1234 and s.port == 9001 and s.host == "127.0.0.1"
     assert s.resolved_database_url() == f"sqlite:///{(tmp_path / 'd' / 'curator.db').resolve()}"

@@ -261,7 +261,6 @@ def test_two_party_loop_over_https(tls_services: TlsServices, pki: Pki) -> None:
         curator_log = admin.list_queries(release.id).queries
     assert [(q.id, q.index) for q in curator_log] == [(e["curator_query_id"], e["index"]) for e in audit]
 
-
     # Without the CA (system trust store only) the curator's certificate does not verify.
     with CuratorClient(s.curator.url, s.admin_token, retries=0) as stranger:
         with pytest.raises(CuratorUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
@@ -392,7 +391,9 @@ def test_plaintext_bind_warns_loudly(
     monkeypatch.setattr(uvicorn, "run", lambda _app, **kw: calls.append(kw))
     monkeypatch.setattr(signal, "signal", lambda *_a: None)  # serve() must not touch this process's handlers
     monkeypatch.setenv(f"{prefix}DATA_DIR", str(tmp_path / kind))
-    monkeypatch.setenv(f"{prefix}{'ADMIN_TOKEN' if kind == 'curator' else 'TOKEN'}", "test-token")
+    monkeypatch.setenv(
+        f"{prefix}{'ADMIN_TOKEN' if kind == 'curator' else 'TOKEN'}", "test-token-0123456789abcdef"
+    )
     monkeypatch.delenv(f"{prefix}DATABASE_URL", raising=False)
     if tls:
         monkeypatch.setenv(f"{prefix}TLS_CERTFILE", str(pki.cert))
@@ -402,8 +403,12 @@ def test_plaintext_bind_warns_loudly(
     else:
         from modeler_service.main import serve
 
-    with caplog.at_level(logging.WARNING):
-        serve(host=host, port=free_port())
+    umask = os.umask(0o022)  # serve() sets umask 077 for the service process: restore ours afterwards
+    try:
+        with caplog.at_level(logging.WARNING):
+            serve(host=host, port=free_port())
+    finally:
+        os.umask(umask)
     assert len(calls) == 1 and calls[0]["host"] == host
     if tls:
         assert calls[0]["ssl_certfile"] == str(pki.cert) and calls[0]["ssl_keyfile"] == str(pki.key)
