@@ -24,11 +24,11 @@ from modeler_service import service
 from modeler_service.api.deps import Components, TokenDep
 from modeler_service.api.routes import health, studies
 from modeler_service.config import Settings
+from modeler_service.context import ClientFactory, Context, default_client_factory
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import ModelerError
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
-from modeler_service.service import ClientFactory, Context, default_client_factory
 from shared import serving
 from shared.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.errors import InputDataError, PoboError, StrategyError

@@ -28,12 +28,13 @@ from datetime import timedelta
 
 from modeler_service import repository as repo
 from modeler_service import service
+from modeler_service.context import Context, upstream
 from modeler_service.db import transaction
 from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
 from modeler_service.models import utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
 from modeler_service.schemas import StepResult, StepTimings
-from modeler_service.service import Context, Intent
+from modeler_service.service import Intent
 from shared.client import CuratorError
 from shared.errors import PoboError
 from shared.schemas import QueryPublic
@@ -102,7 +103,7 @@ class Stepper:
                 key = service.idempotency_key(study_id, intent.iteration)
                 query = client.create_query(study.release_id, intent.index, idempotency_key=key)
         except CuratorError as exc:
-            raise service.upstream(exc, what) from exc
+            raise upstream(exc, what) from exc
         self._check(study.release_id, intent, query, what)
         if query.status != "complete":
             with transaction(ctx.db) as session:
@@ -118,7 +119,7 @@ class Stepper:
                 except CuratorError as exc:
                     if stop is not None and stop.is_set():
                         return None
-                    raise service.upstream(exc, what) from exc
+                    raise upstream(exc, what) from exc
             with transaction(ctx.db) as session:
                 repo.set_status(session, study_id, "running", only_if=("awaiting_measurement",))
         curator_s = time.perf_counter() - t_curator

@@ -9,39 +9,35 @@ another process) rebuilds it from the database.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
-import threading
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
-from modeler_service.audit import canonical_hyperparameters, entry_hash, verify_chain
-from modeler_service.config import Settings
-from modeler_service.db import Database
+from modeler_service.audit import canonical_hyperparameters, entry_hash
+from modeler_service.context import (  # noqa: F401
+    ClientFactory,
+    Context,
+    NotClaimed,
+    StudyCache,
+    StudyState,
+    default_client_factory,
+    upstream,
+)
 from modeler_service.exceptions import (
     Conflict,
     NotFound,
-    QuotaExceeded,
     StorageError,
     Unprocessable,
     UpstreamError,
 )
 from modeler_service.models import AuditEntry, Study, utcnow
 from modeler_service.schemas import (
-    AuditEntryPublic,
-    AuditLog,
-    AuditVerification,
     BestPoint,
     FixedHyperparameters,
     PendingQuery,
@@ -51,161 +47,15 @@ from modeler_service.schemas import (
     StudyCreate,
     StudyPublic,
 )
-from shared.client import CuratorClient, CuratorError, CuratorProtocolError, ReleaseIntegrityError, npy_sha256
+from shared.client import CuratorError, ReleaseIntegrityError
 from shared.gp import Hyperparameters
 from shared.schemas import QueryPublic
 from shared.strategies import GPUCB, random_initial_indices
-from shared.tls import client_ssl_context
 
 log = logging.getLogger("pobo.modeler")
 
-ClientFactory = Callable[[str, str], CuratorClient]
-
 #: Study statuses from which a new run or step may start.
 STARTABLE = ("ready", "failed")
-
-
-# --------------------------------------------------------------------------------------------- context
-
-
-@dataclass
-class StudyState:
-    """In-memory companions of a study: Z, the rebuilt strategy, and a curator client."""
-
-    Z: npt.NDArray[np.float64]
-    strategy: GPUCB | None = None
-    n_obs: int = -1
-    client: CuratorClient | None = None
-    lock: threading.RLock = field(default_factory=threading.RLock)
-
-
-class StudyCache:
-    """Per-study Z arrays, strategies (keyed by observation count) and curator clients."""
-
-    def __init__(self) -> None:
-        self._states: dict[str, StudyState] = {}
-        self._lock = threading.Lock()
-
-    def get(self, study_id: str) -> StudyState | None:
-        with self._lock:
-            return self._states.get(study_id)
-
-    def put(self, study_id: str, state: StudyState) -> StudyState:
-        with self._lock:
-            return self._states.setdefault(study_id, state)
-
-    def drop(self, study_id: str) -> None:
-        with self._lock:
-            state = self._states.pop(study_id, None)
-        if state is not None and state.client is not None:
-            state.client.close()
-
-    def close(self) -> None:
-        with self._lock:
-            states, self._states = list(self._states.values()), {}
-        for state in states:
-            if state.client is not None:
-                state.client.close()
-
-
-@dataclass
-class Context:
-    """What the use cases need besides a session: settings, database, crypto, curator access, caches."""
-
-    settings: Settings
-    db: Database
-    fernet: Fernet
-    client_factory: ClientFactory
-    cache: StudyCache = field(default_factory=StudyCache)
-
-    @property
-    def data_dir(self) -> Path:
-        return self.settings.data_dir
-
-    def encrypt(self, token: str) -> str:
-        return self.fernet.encrypt(token.encode("utf-8")).decode("ascii")
-
-    def decrypt(self, token_enc: str) -> str:
-        try:
-            return self.fernet.decrypt(token_enc.encode("ascii")).decode("utf-8")
-        except InvalidToken as exc:
-            raise StorageError(
-                "the stored curator token cannot be decrypted with the configured secret key "
-                "(POBO_MODELER_SECRET_KEY or <data_dir>/secret.key changed?)"
-            ) from exc
-
-    def state(self, study: Study) -> StudyState:
-        """The cached companions of ``study`` (Z loaded and sha256-checked on first use)."""
-        state = self.cache.get(study.id)
-        if state is not None:
-            return state
-        path = self.data_dir / study.z_file
-        try:
-            digest = npy_sha256(path)
-            if digest != study.z_sha256:
-                raise StorageError(
-                    f"the stored Z of study {study.id} has sha256 {digest}, expected {study.z_sha256}"
-                )
-            Z = np.load(path, allow_pickle=False)
-        except OSError as exc:
-            raise StorageError(f"the stored Z of study {study.id} cannot be read: {exc.strerror}") from exc
-        return self.cache.put(study.id, StudyState(Z=Z))
-
-    def client(self, study: Study) -> CuratorClient:
-        state = self.state(study)
-        with state.lock:
-            if state.client is None:
-                state.client = self.client_factory(study.curator_url, self.decrypt(study.curator_token_enc))
-            return state.client
-
-
-def default_client_factory(settings: Settings) -> ClientFactory:
-    # One verifying TLS context for every study: the curator's CA bundle (or the system trust store), plus
-    # the modeler's client certificate when mutual TLS is configured. Only used for https:// curator URLs.
-    context = client_ssl_context(
-        settings.curator_ca_bundle,
-        client_cert=settings.curator_client_cert,
-        client_key=settings.curator_client_key,
-    )
-
-    def factory(url: str, token: str) -> CuratorClient:
-        return CuratorClient(
-            url, token, timeout=settings.curator_timeout, retries=settings.curator_retries, verify=context
-        )
-
-    return factory
-
-
-def upstream(exc: CuratorError, what: str) -> Exception:
-    """A curator error as the modeler's own: refused token 422, other 4xx pass through, the rest 502 (and
-    502 for any answer that is not a pobo curator's, whatever its status)."""
-    if isinstance(exc, CuratorProtocolError):
-        return UpstreamError(f"{what}: the server at curator_url does not answer like a pobo curator: {exc}")
-    if exc.status_code in (401, 403):  # the caller's curator_token is wrong or revoked: a client error
-        return Unprocessable(
-            f"{what}: the curator refused the study's partner token ({exc.status_code}: {exc.detail}); it "
-            "may be mistyped or revoked: ask the curator for a valid partner token (a study keeps the token "
-            "it was created with, so create a new study with the new one)"
-        )
-    if exc.status_code == 404:
-        return NotFound(
-            f"{what}: not found at the curator ({exc.detail}); the release may not be granted to this "
-            "partner token any more: ask the curator"
-        )
-    if exc.status_code == 409:
-        return Conflict(f"{what}: {exc.detail}")
-    if exc.status_code == 422:
-        return Unprocessable(f"{what}: the curator rejected the request ({exc.detail})")
-    if exc.status_code == 429:
-        return QuotaExceeded(
-            f"{what}: the curator's query quota for this partner token is used up ({exc.detail}); ask the "
-            "curator for a larger quota, then POST /v1/studies/{id}/run to continue"
-        )
-    return UpstreamError(f"{what}: {exc}; if this persists, ask the curator's operator to check its log")
-
-
-class NotClaimed(Conflict):
-    """The study could not be claimed for a step or a run (someone else owns it, or it is done)."""
 
 
 # --------------------------------------------------------------------------------------------- studies
@@ -581,130 +431,6 @@ def recover_stale(session: Session) -> list[str]:
     for study_id in ids:
         repo.set_status(session, study_id, "ready", only_if=repo.ACTIVE_STATUSES)
     return ids
-
-
-# ---------------------------------------------------------------------------------------------- results
-
-
-def _entry_public(e: AuditEntry) -> AuditEntryPublic:
-    return AuditEntryPublic(
-        seq=e.seq,
-        at=e.at,
-        iteration=e.iteration,
-        index=e.row_index,
-        y=e.y,
-        source=e.source,
-        acquisition=e.acquisition,
-        beta=e.beta,
-        mean=e.mean,
-        std=e.std,
-        hyperparameters={k: _float_back(v) for k, v in json.loads(e.hyperparameters).items()},
-        curator_query_id=e.curator_query_id,
-        prev_hash=e.prev_hash,
-        hash=e.hash,
-    )
-
-
-def _float_back(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_float_back(v) for v in value]
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def audit_log(session: Session, study_id: str) -> AuditLog:
-    get_study(session, study_id)
-    entries = [_entry_public(e) for e in repo.audit_entries(session, study_id)]
-    return AuditLog(entries=entries, count=len(entries))
-
-
-AUDIT_CSV_COLUMNS = [
-    "seq",
-    "at",
-    "iteration",
-    "index",
-    "y",
-    "source",
-    "acquisition",
-    "beta",
-    "mean",
-    "std",
-    "hyperparameters",
-    "curator_query_id",
-    "prev_hash",
-    "hash",
-]
-
-
-def audit_csv(session: Session, study_id: str) -> str:
-    """The audit log as CSV (floats in full precision, hyper-parameters as their canonical JSON)."""
-    get_study(session, study_id)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(AUDIT_CSV_COLUMNS)
-    for e in repo.audit_entries(session, study_id):
-        writer.writerow(
-            [
-                e.seq,
-                e.at.isoformat(),
-                e.iteration,
-                e.row_index,
-                repr(e.y),
-                e.source,
-                repr(e.acquisition),
-                repr(e.beta),
-                repr(e.mean),
-                repr(e.std),
-                e.hyperparameters,
-                e.curator_query_id,
-                e.prev_hash,
-                e.hash,
-            ]
-        )
-    return buf.getvalue()
-
-
-def verify_audit(session: Session, study_id: str) -> AuditVerification:
-    study = get_study(session, study_id)
-    result = verify_chain(
-        repo.audit_entries(session, study_id),
-        expected_count=study.iterations_done,
-        expected_head=study.audit_head,
-    )
-    return AuditVerification(ok=result.ok, entries=result.entries, first_bad_seq=result.first_bad_seq)
-
-
-def plot_png(session: Session, study_id: str) -> bytes:
-    """Best value so far vs iteration (and every observed y), as PNG (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    study = get_study(session, study_id)
-    obs = repo.observations(session, study_id)
-    y = np.array([v for _, v in obs], dtype=np.float64)
-    it = np.arange(1, y.size + 1)
-    fig = Figure(figsize=(6.4, 4.0), dpi=100)
-    ax = fig.add_subplot()
-    if y.size:
-        ax.plot(it, np.maximum.accumulate(y), drawstyle="steps-post", lw=2, label="best so far")
-        ax.scatter(it, y, s=12, alpha=0.5, color="grey", label="observed y")
-        ax.legend(loc="lower right")
-    else:
-        ax.text(0.5, 0.5, "no observations yet", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("y")
-    ax.set_title(f"study {study.id[:8]}: GP-UCB on release {study.release_id} (n={study.n}, r={study.r})")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out = io.BytesIO()
-    fig.savefig(out, format="png")
-    return out.getvalue()
 
 
 def observe_cached(ctx: Context, study_id: str, entry: AuditEntry) -> None:

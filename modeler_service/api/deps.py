@@ -13,9 +13,9 @@ from pydantic import SecretStr
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from modeler_service.context import Context
 from modeler_service.exceptions import StorageError
 from modeler_service.runner import RunnerRegistry, Stepper
-from modeler_service.service import Context
 
 bearer_scheme = HTTPBearer(auto_error=False, description="The modeler's API token (POBO_MODELER_TOKEN).")
 

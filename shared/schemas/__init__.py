@@ -1,6 +1,6 @@
 """Public request and response bodies of the pobo HTTP API (the curator part).
 
-Both the curator service and its clients (the modeler's ``shared/client.py``) import these, so they are
+Both the curator service and its clients (the modeler's ``shared.client``) import these, so they are
 pure pydantic: this package never imports FastAPI or SQLAlchemy. Field names are part of the HTTP
 contract (docs/api.md); fields only ever get added.
 

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from modeler_service import service
+from modeler_service import results, service
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
 from modeler_service.db import transaction
 from modeler_service.exceptions import ModelerError
@@ -133,11 +133,11 @@ def audit(
 ) -> AuditLog | Response:
     if format == "csv":
         return Response(
-            service.audit_csv(session, study_id),
+            results.audit_csv(session, study_id),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="audit-{study_id}.csv"'},
         )
-    return service.audit_log(session, study_id)
+    return results.audit_log(session, study_id)
 
 
 @router.get(
@@ -147,7 +147,7 @@ def audit(
     responses=_ERRORS,
 )
 def verify(study_id: str, session: SessionDep) -> AuditVerification:
-    return service.verify_audit(session, study_id)
+    return results.verify_audit(session, study_id)
 
 
 @router.get(
@@ -157,4 +157,4 @@ def verify(study_id: str, session: SessionDep) -> AuditVerification:
     responses={**_ERRORS, 200: {"content": {"image/png": {}}}},
 )
 def plot(study_id: str, session: SessionDep) -> Response:
-    return Response(service.plot_png(session, study_id), media_type="image/png")
+    return Response(results.plot_png(session, study_id), media_type="image/png")

@@ -1,0 +1,142 @@
+"""A study's results: the audit log (JSON, CSV, verification) and the progress plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from modeler_service import repository as repo
+from modeler_service.audit import verify_chain
+from modeler_service.models import AuditEntry
+from modeler_service.schemas import (
+    AuditEntryPublic,
+    AuditLog,
+    AuditVerification,
+)
+from modeler_service.service import get_study
+
+
+def _entry_public(e: AuditEntry) -> AuditEntryPublic:
+    return AuditEntryPublic(
+        seq=e.seq,
+        at=e.at,
+        iteration=e.iteration,
+        index=e.row_index,
+        y=e.y,
+        source=e.source,
+        acquisition=e.acquisition,
+        beta=e.beta,
+        mean=e.mean,
+        std=e.std,
+        hyperparameters={k: _float_back(v) for k, v in json.loads(e.hyperparameters).items()},
+        curator_query_id=e.curator_query_id,
+        prev_hash=e.prev_hash,
+        hash=e.hash,
+    )
+
+
+def _float_back(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_float_back(v) for v in value]
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def audit_log(session: Session, study_id: str) -> AuditLog:
+    get_study(session, study_id)
+    entries = [_entry_public(e) for e in repo.audit_entries(session, study_id)]
+    return AuditLog(entries=entries, count=len(entries))
+
+
+AUDIT_CSV_COLUMNS = [
+    "seq",
+    "at",
+    "iteration",
+    "index",
+    "y",
+    "source",
+    "acquisition",
+    "beta",
+    "mean",
+    "std",
+    "hyperparameters",
+    "curator_query_id",
+    "prev_hash",
+    "hash",
+]
+
+
+def audit_csv(session: Session, study_id: str) -> str:
+    """The audit log as CSV (floats in full precision, hyper-parameters as their canonical JSON)."""
+    get_study(session, study_id)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(AUDIT_CSV_COLUMNS)
+    for e in repo.audit_entries(session, study_id):
+        writer.writerow(
+            [
+                e.seq,
+                e.at.isoformat(),
+                e.iteration,
+                e.row_index,
+                repr(e.y),
+                e.source,
+                repr(e.acquisition),
+                repr(e.beta),
+                repr(e.mean),
+                repr(e.std),
+                e.hyperparameters,
+                e.curator_query_id,
+                e.prev_hash,
+                e.hash,
+            ]
+        )
+    return buf.getvalue()
+
+
+def verify_audit(session: Session, study_id: str) -> AuditVerification:
+    study = get_study(session, study_id)
+    result = verify_chain(
+        repo.audit_entries(session, study_id),
+        expected_count=study.iterations_done,
+        expected_head=study.audit_head,
+    )
+    return AuditVerification(ok=result.ok, entries=result.entries, first_bad_seq=result.first_bad_seq)
+
+
+def plot_png(session: Session, study_id: str) -> bytes:
+    """Best value so far vs iteration (and every observed y), as PNG (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    study = get_study(session, study_id)
+    obs = repo.observations(session, study_id)
+    y = np.array([v for _, v in obs], dtype=np.float64)
+    it = np.arange(1, y.size + 1)
+    fig = Figure(figsize=(6.4, 4.0), dpi=100)
+    ax = fig.add_subplot()
+    if y.size:
+        ax.plot(it, np.maximum.accumulate(y), drawstyle="steps-post", lw=2, label="best so far")
+        ax.scatter(it, y, s=12, alpha=0.5, color="grey", label="observed y")
+        ax.legend(loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no observations yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("y")
+    ax.set_title(f"study {study.id[:8]}: GP-UCB on release {study.release_id} (n={study.n}, r={study.r})")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()

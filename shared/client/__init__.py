@@ -1,0 +1,62 @@
+"""Typed HTTP client of the curator API (``API.md``, curator part), sync and async.
+
+This is the only way the modeler service talks to a curator, and what a data scientist imports in a
+notebook::
+
+    >>> from shared.client import CuratorClient
+    >>> admin = CuratorClient("http://127.0.0.1:8001", token="<admin token>")
+    >>> ds = admin.upload_dataset("hospital.csv", name="hospital", objective="outcome")  # doctest: +SKIP
+    >>> report = admin.privacy_report(ds.id, epsilon=2.0, delta=1e-4)                     # doctest: +SKIP
+    >>> rel = admin.create_release(ds.id, epsilon=2.0, delta=1e-4, r=8)                 # doctest: +SKIP
+    >>> partner = admin.create_partner("modeler-lab", release_ids=[rel.id], max_queries=100)  # doctest: +SKIP
+    >>> modeler = CuratorClient("http://127.0.0.1:8001", token=partner.token)
+    >>> Z = modeler.release_rows(rel.id)             # n x r float64, sha256 verified  # doctest: +SKIP
+    >>> q = modeler.create_query(rel.id, index=42)   # doctest: +SKIP
+    >>> q.status, q.y                                 # doctest: +SKIP
+    ('complete', 0.73)
+
+Behaviour shared by every call:
+
+* **Timeouts**: ``timeout`` seconds per request (connect at most 10 s); long-polls (``get_query(wait=...)``)
+  get ``wait`` seconds on top.
+* **Retries** (tenacity, exponential backoff with jitter): connection errors, timeouts and 5xx answers are
+  retried for requests that are safe to repeat — every ``GET``, and every ``POST`` that carries an
+  ``Idempotency-Key`` (``create_query``: the *same* key is re-sent on every attempt, so the curator returns
+  the query it already made and never charges it twice). Other ``POST`` calls (upload, release, partner,
+  result) are only retried when the connection could not be opened (the request never left).
+* **Errors**: any 4xx/5xx answer raises :class:`CuratorError` with ``.status_code`` and the curator's own
+  ``.detail`` message; an unreachable curator raises :class:`CuratorUnavailable` (``status_code`` None).
+* **TLS**: ``https://`` certificates are always verified, against ``verify`` — a CA bundle path (PEM) or an
+  ``ssl.SSLContext`` (``shared.tls.client_ssl_context``) — or the system trust store by default. A
+  certificate that does not verify raises :class:`CuratorUnavailable` naming ``CERTIFICATE_VERIFY_FAILED``.
+"""
+
+from __future__ import annotations
+
+from shared.client.aio import AsyncCuratorClient
+from shared.client.base import npy_sha256
+from shared.client.errors import (
+    RETRY_STATUSES,
+    CuratorError,
+    CuratorProtocolError,
+    CuratorUnavailable,
+    Ledger,
+    LedgerEntry,
+    QueryWaitTimeout,
+    ReleaseIntegrityError,
+)
+from shared.client.sync import CuratorClient
+
+__all__ = [
+    "RETRY_STATUSES",
+    "AsyncCuratorClient",
+    "CuratorClient",
+    "CuratorError",
+    "CuratorProtocolError",
+    "CuratorUnavailable",
+    "Ledger",
+    "LedgerEntry",
+    "QueryWaitTimeout",
+    "ReleaseIntegrityError",
+    "npy_sha256",
+]
