@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.serving import WORKERS_HELP, check_operator_token
-from shared.tls import check_tls_files
+from shared.servicekit.serving import WORKERS_HELP, check_operator_token
+from shared.servicekit.tls import check_tls_files
 
 #: Name of the file (inside the data dir) that holds a generated admin token.
 ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105 - a file name, not a secret

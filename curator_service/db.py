@@ -18,9 +18,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 import curator_service
-from shared import sqlite_turns
+from shared.servicekit import sqlite_turns
 from shared.servicekit.migrations import run_migrations
-from shared.serving import create_private_file
+from shared.servicekit.serving import create_private_file
 
 #: alembic environment of this service: <repo>/migrations/curator (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(curator_service.__file__).resolve().parent.parent / "migrations" / "curator"

@@ -31,11 +31,11 @@ from curator_service.services import datasets as dataset_service
 from curator_service.services import queries as query_service
 from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
-from shared import serving
-from shared.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.errors import InputDataError, PrivacyBudgetExceeded
+from shared.servicekit import serving
+from shared.servicekit.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
-from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
+from shared.servicekit.serving import THROTTLE_FILE, configure_logging, reset_throttle
 
 logger = logging.getLogger("curator_service")
 

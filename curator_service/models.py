@@ -27,7 +27,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from shared.hashchain import GENESIS_HASH
+from shared.servicekit.hashchain import GENESIS_HASH
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -217,7 +217,7 @@ class Query(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[datetime | None]
-    # The query log's hash chain (one chain per release, in order of completion; see shared.hashchain):
+    # The query log's hash chain (one chain per release, in order of completion; see servicekit.hashchain):
     # set in the transaction that records the outcome, so a pending query is not in the chain yet.
     chain_seq: Mapped[int | None]
     prev_hash: Mapped[str | None] = mapped_column(String(64))

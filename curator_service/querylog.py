@@ -3,7 +3,7 @@
 A query joins its release's chain when its outcome is recorded (``column`` outcomes at once, ``manual`` ones
 when the operator posts the value), in that same transaction: the release row is locked (PostgreSQL
 ``SELECT ... FOR UPDATE``; SQLite's write transaction is exclusive already), the link is
-``hash = sha256(prev_hash + canonical_json(payload))`` (``shared.hashchain``) and the release keeps the head
+``hash = sha256(prev_hash + canonical_json(payload))`` and the release keeps the head
 (count and last hash), so edited, deleted, reordered or truncated entries are all detected by
 :func:`verify_release_chain`. Pending queries are not in the chain yet; their existence is on record in the
 queries table (committed before evaluation) and in the access log.
@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import Query, Release
-from shared.hashchain import ChainLink, Verification, link_hash, verify_links
+from shared.servicekit.hashchain import ChainLink, Verification, link_hash, verify_links
 
 __all__ = ["append_to_chain", "query_payload", "verify_release_chain"]
 

@@ -1,11 +1,11 @@
-"""Pydantic bodies of the curator API: the public ones live in ``shared.schemas`` (clients import them);
+"""Pydantic bodies of the curator API: the public ones live in ``protocol.schemas`` (clients import them);
 this module re-exports them, adds the curator-only ones and converts ORM rows to bodies."""
 
 from __future__ import annotations
 
 from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Population, Query, Release
 from curator_service.services.scaling import scaling_public
-from shared.schemas import (
+from shared.protocol.schemas import (
     AccessLogEntry,
     AccessLogPublic,
     DatasetPublic,

@@ -17,8 +17,15 @@ import json
 from typing import Any
 
 from modeler_service.models import AuditEntry
-from shared.hashchain import ChainLink, Verification, canonical, canonical_time, link_hash, verify_links
-from shared.hashchain import canonical_json as canonical_json_of
+from shared.servicekit.hashchain import (
+    ChainLink,
+    Verification,
+    canonical,
+    canonical_time,
+    link_hash,
+    verify_links,
+)
+from shared.servicekit.hashchain import canonical_json as canonical_json_of
 
 
 def canonical_hyperparameters(hp: dict[str, Any]) -> str:
@@ -58,6 +65,6 @@ def verify_chain(
     entries: list[AuditEntry], *, expected_count: int | None = None, expected_head: str | None = None
 ) -> Verification:
     """Walk the entries in ``seq`` order and report the first position that does not check out
-    (``shared.hashchain.verify_links``: renumbered, deleted, reordered, edited or truncated entries)."""
+    (``servicekit.hashchain.verify_links``: renumbered, deleted, reordered, edited or truncated entries)."""
     links = [ChainLink(e.seq, e.prev_hash, e.hash, entry_payload(e)) for e in entries]
     return verify_links(links, expected_count=expected_count, expected_head=expected_head)

@@ -11,8 +11,8 @@ from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.serving import WORKERS_HELP, check_operator_token
-from shared.tls import check_tls_files
+from shared.servicekit.serving import WORKERS_HELP, check_operator_token
+from shared.servicekit.tls import check_tls_files
 
 #: Files (inside the data dir) holding a generated bearer token and a generated encryption key.
 TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret

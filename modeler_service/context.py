@@ -24,9 +24,9 @@ from modeler_service.exceptions import (
     UpstreamError,
 )
 from modeler_service.models import Study
-from shared.client import CuratorClient, CuratorError, CuratorProtocolError, npy_sha256
-from shared.strategies import GPUCB
-from shared.tls import client_ssl_context
+from shared.bo.strategies import GPUCB
+from shared.protocol.client import CuratorClient, CuratorError, CuratorProtocolError, npy_sha256
+from shared.servicekit.tls import client_ssl_context
 
 log = logging.getLogger("pobo.modeler")
 

@@ -21,9 +21,9 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 import modeler_service
-from shared import sqlite_turns
+from shared.servicekit import sqlite_turns
 from shared.servicekit.migrations import run_migrations
-from shared.serving import create_private_file
+from shared.servicekit.serving import create_private_file
 
 #: alembic environment of this service: <repo>/migrations/modeler (located from the package, not the cwd).
 MIGRATIONS_DIR = Path(modeler_service.__file__).resolve().parent.parent / "migrations" / "modeler"

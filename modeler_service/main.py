@@ -29,11 +29,11 @@ from modeler_service.db import Database, transaction
 from modeler_service.exceptions import ModelerError
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
-from shared import serving
-from shared.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.errors import InputDataError, PoboError, StrategyError
+from shared.servicekit import serving
+from shared.servicekit.asgi_guards import AuthThrottle, BodyLimit, is_token
 from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
-from shared.serving import THROTTLE_FILE, configure_logging, reset_throttle
+from shared.servicekit.serving import THROTTLE_FILE, configure_logging, reset_throttle
 
 log = logging.getLogger("pobo.modeler")
 

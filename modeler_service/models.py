@@ -36,7 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from shared.hashchain import GENESIS_HASH  # the hash before the first audit entry of every study
+from shared.servicekit.hashchain import GENESIS_HASH  # the hash before the first audit entry of every study
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

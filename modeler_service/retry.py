@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 
-from shared.client import CuratorError, CuratorUnavailable
+from shared.protocol.client import CuratorError, CuratorUnavailable
 
 __all__ = ["TRANSIENT_STATUSES", "curator_cause", "delay_seconds", "is_transient"]
 

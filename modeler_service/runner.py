@@ -35,9 +35,9 @@ from modeler_service.models import utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
 from modeler_service.schemas import StepResult, StepTimings
 from modeler_service.service import Intent
-from shared.client import CuratorError
 from shared.errors import PoboError
-from shared.schemas import QueryPublic
+from shared.protocol.client import CuratorError
+from shared.protocol.schemas import QueryPublic
 
 log = logging.getLogger("pobo.modeler.runner")
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from shared.schemas import Request
+from shared.protocol.schemas import Request
 
 StudyStatus = Literal["ready", "running", "awaiting_measurement", "waiting_for_curator", "done", "failed"]
 StrategyName = Literal["gp-ucb"]

@@ -47,10 +47,10 @@ from modeler_service.schemas import (
     StudyCreate,
     StudyPublic,
 )
-from shared.client import CuratorError, ReleaseIntegrityError
-from shared.gp import Hyperparameters
-from shared.schemas import QueryPublic
-from shared.strategies import GPUCB, random_initial_indices
+from shared.bo.gp import Hyperparameters
+from shared.bo.strategies import GPUCB, random_initial_indices
+from shared.protocol.client import CuratorError, ReleaseIntegrityError
+from shared.protocol.schemas import QueryPublic
 
 log = logging.getLogger("pobo.modeler")
 

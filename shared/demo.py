@@ -30,8 +30,8 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from shared.client import CuratorClient
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
+from shared.protocol.client import CuratorClient
 
 __all__ = ["DEMO_CSV", "expected_random_regret", "progress_figure", "run_demo", "write_progress_plot"]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from shared.client import CuratorClient
 from shared.errors import PoboError
-from shared.tls import client_ssl_context
+from shared.protocol.client import CuratorClient
+from shared.servicekit.tls import client_ssl_context
 
 __all__ = ["Mismatch", "ModelerError", "ReconcileReport", "reconcile"]
 

@@ -16,7 +16,7 @@ from curator_service.services.scaling import covered_changes, scaling_public
 from curator_service.storage import ArrayStore
 from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change
 from shared.privacy.po_gp_ucb import centred_sigma_min, privacy_table
-from shared.schemas import FeatureProtection, GuaranteeAtChange, PrivacyReport, PrivacyRow
+from shared.protocol.schemas import FeatureProtection, GuaranteeAtChange, PrivacyReport, PrivacyRow
 
 #: Row changes (norm, scaled units) for which the report lists the epsilon that protects them.
 LARGER_CHANGES = (1.0, 2.0, 5.0, 10.0)

@@ -21,8 +21,8 @@ from curator_service.models import Dataset, Query
 from curator_service.services.auth import Principal
 from curator_service.services.releases import get_release
 from curator_service.storage import ArrayStore
-from shared.hashchain import GENESIS_HASH, Verification
 from shared.privacy.rng import os_entropy_rng
+from shared.servicekit.hashchain import GENESIS_HASH, Verification
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from curator_service.storage import ArrayStore
 from shared.privacy.gaussian import GaussianCalibration, calibrate, gaussian_release
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rng import os_entropy_rng
-from shared.schemas import ReleaseCreate
+from shared.protocol.schemas import ReleaseCreate
 
 logger = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ import httpx
 import numpy as np
 import psutil
 
-from shared.client import CuratorClient
-from shared.gp import median_distance
+from shared.bo.gp import median_distance
 from shared.processes import ServiceProcess, service_pair
+from shared.protocol.client import CuratorClient
 from shared.reconcile import reconcile
 
 Database = Literal["sqlite", "postgresql"]

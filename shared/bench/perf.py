@@ -9,7 +9,7 @@
    exact discrete-Gaussian sampler, whose time per entry is measured on 20 000 entries and extrapolated to
    n x d. Target: a few seconds (<= 5 s) for the whole release.
 3. GP-UCB (Alg. 2) for T = 100 iterations over n = 100 000 candidates (r = 15, fixed kernel): the
-   incremental posterior (``shared.strategies.GPUCB``) vs refitting scikit-learn's GaussianProcessRegressor
+   incremental posterior (``shared.bo.strategies.GPUCB``) vs refitting scikit-learn's GaussianProcessRegressor
    (same fixed kernel, optimizer=None) and predicting mean and std over all n every step. Target: >= 20x.
 """
 
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from shared.gp import Hyperparameters
+from shared.bo.gp import Hyperparameters
+from shared.bo.strategies import GPUCB, gp_ucb_beta
 from shared.privacy.gaussian import gaussian_release
 from shared.privacy.po_gp_ucb import omega, release_projection
-from shared.strategies import GPUCB, gp_ucb_beta
 
 D, R, EPS, DELTA = 50, 15, 1.0, 1e-5
 

@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-from shared.client import CuratorClient
-from shared.gp import Hyperparameters, median_distance
+from shared.bo.gp import Hyperparameters, median_distance
+from shared.bo.strategies import GPUCB
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
-from shared.strategies import GPUCB
+from shared.protocol.client import CuratorClient
 
 TARGET_MS = 15.0
 

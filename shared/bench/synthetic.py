@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from shared.gp import Hyperparameters
+from shared.bo.gp import Hyperparameters
+from shared.bo.strategies import GPUCB
 from shared.privacy.gaussian import calibrate, gaussian_release
 from shared.privacy.po_gp_ucb import centred_sigma_min, omega, release_projection
-from shared.strategies import GPUCB
 
 GRID = 100
 SPAN = 10.0

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from shared.openapi import override_component_schema
+from shared.servicekit.openapi import override_component_schema
 
 __all__ = ["API_VERSION", "document_validation_errors", "validation_error_response"]
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 
-from shared.client import CuratorClient
 from shared.processes import ServiceProcess, free_port, modeler_env, service_pair
+from shared.protocol.client import CuratorClient
 
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")
 

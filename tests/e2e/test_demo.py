@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shared.bo.strategies import GPUCB
 from shared.data.make_demo_dataset import DP_UNITS, FEATURES, generate
 from shared.demo import expected_random_regret, progress_figure, run_demo, write_progress_plot
 from shared.privacy.gaussian import gaussian_release
-from shared.strategies import GPUCB
 
 pytestmark = pytest.mark.slow
 

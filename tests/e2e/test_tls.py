@@ -33,9 +33,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import ValidationError
 from sqlalchemy import create_engine, text
 
-from shared.client import CuratorClient, CuratorUnavailable
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
-from shared.tls import client_ssl_context, is_loopback
+from shared.protocol.client import CuratorClient, CuratorUnavailable
+from shared.servicekit.tls import client_ssl_context, is_loopback
 from tests.e2e.conftest import write_csv
 
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")

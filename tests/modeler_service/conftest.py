@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 
 from modeler_service.config import Settings
 from modeler_service.main import create_app
-from shared.client import CuratorClient
+from shared.protocol.client import CuratorClient
 from tests.modeler_service.fake_curator import PARTNER_TOKEN, FakeCurator
 
 TOKEN = "modeler-test-token-0123456789abcdef"  # noqa: S105 - test fixture

@@ -1,4 +1,4 @@
-"""``shared.client``: retries that reuse the Idempotency-Key, errors that carry the curator's detail,
+"""``shared.protocol.client``: retries that reuse the Idempotency-Key, errors that carry the curator's detail,
 sha256-verified downloads; sync and async (httpx.MockTransport, no server)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from shared.client import (
+from shared.protocol.client import (
     AsyncCuratorClient,
     CuratorClient,
     CuratorError,

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from modeler_service.config import Settings
 from modeler_service.main import create_app
-from shared.client import CuratorClient
+from shared.protocol.client import CuratorClient
 from tests.modeler_service.conftest import AUTH, study_body
 from tests.modeler_service.fake_curator import FakeCurator
 

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from modeler_service.config import Settings
 from modeler_service.main import Recovered, create_app
 from modeler_service.models import utcnow
-from shared.client import CuratorClient
-from shared.strategies import GPUCB
+from shared.bo.strategies import GPUCB
+from shared.protocol.client import CuratorClient
 from tests.modeler_service.conftest import AUTH, study_body
 from tests.modeler_service.fake_curator import FakeCurator
 

@@ -19,7 +19,7 @@ from curator_service.main import create_app as create_curator
 from modeler_service.config import TOKEN_FILE
 from modeler_service.config import Settings as ModelerSettings
 from modeler_service.main import create_app as create_modeler
-from shared.asgi_guards import AuthThrottle
+from shared.servicekit.asgi_guards import AuthThrottle
 
 ADMIN = "sec-admin-token-abcdefghijklmnopqrstuvwxyz0123"
 MODELER = "sec-modeler-token-abcdefghijklmnopqrstuvwxyz01"

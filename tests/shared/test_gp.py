@@ -14,8 +14,7 @@ import pytest
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
-from shared.errors import InputDataError
-from shared.gp import (
+from shared.bo.gp import (
     DEFAULT_JITTER,
     GaussianProcess,
     Hyperparameters,
@@ -24,6 +23,7 @@ from shared.gp import (
     median_distance,
     se_kernel,
 )
+from shared.errors import InputDataError
 
 
 # -- helpers ------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Writer turns for SQLite (``shared.sqlite_turns``): exclusion across processes, no turn outlives its
+"""Writer turns for SQLite (``servicekit.sqlite_turns``): exclusion across processes, no turn outlives its
 transaction, and the services' write transactions stay atomic under concurrent writers."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, event, text
 
-from shared import sqlite_turns
-from shared.sqlite_turns import WriterTurns
+from shared.servicekit import sqlite_turns
+from shared.servicekit.sqlite_turns import WriterTurns
 
 BEGIN_OPTION = "test_begin"
 

@@ -7,9 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from shared.errors import InputDataError, StrategyError
-from shared.gp import Hyperparameters, fit_hyperparameters, median_distance
-from shared.strategies import (
+from shared.bo.gp import Hyperparameters, fit_hyperparameters, median_distance
+from shared.bo.strategies import (
     GPUCB,
     Strategy,
     Suggestion,
@@ -17,6 +16,7 @@ from shared.strategies import (
     gp_ucb_beta,
     random_initial_indices,
 )
+from shared.errors import InputDataError, StrategyError
 
 
 def candidates(n: int = 60, r: int = 3, seed: int = 0) -> np.ndarray:

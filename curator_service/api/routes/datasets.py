@@ -16,7 +16,7 @@ from curator_service.schemas import (
 from curator_service.services import datasets as dataset_service
 from curator_service.services import populations as population_service
 from curator_service.services import privacy as privacy_service
-from shared.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN
+from shared.protocol.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN
 
 router = APIRouter(tags=["datasets"])
 

@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, RowId, SessionDep
 from curator_service.schemas import QueriesPublic, QueryCreate, QueryPublic, QueryResult, query_public
 from curator_service.services import queries as query_service
-from shared.schemas import QueryLogVerification
+from shared.protocol.schemas import QueryLogVerification
 
 router = APIRouter(tags=["queries"])
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from shared.hashchain import GENESIS_HASH, link_hash
+from shared.servicekit.hashchain import GENESIS_HASH, link_hash
 
 revision: str = "0002"
 down_revision: str | None = "0001"

@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from shared.client.errors import (
+from shared.protocol.client.errors import (
     _CHUNK,
     NPY_MEDIA_TYPE,
     RETRY_STATUSES,
@@ -33,7 +33,7 @@ from shared.client.errors import (
     ReleaseIntegrityError,
     _error_from,
 )
-from shared.schemas import (
+from shared.protocol.schemas import (
     ReleaseDetail,
     ReleasePublic,
 )
@@ -99,7 +99,7 @@ def _verify(verify: ssl.SSLContext | str | Path | bool) -> ssl.SSLContext | bool
     """
     if isinstance(verify, bool | ssl.SSLContext):
         return verify
-    from shared.tls import client_ssl_context
+    from shared.servicekit.tls import client_ssl_context
 
     return client_ssl_context(verify)
 

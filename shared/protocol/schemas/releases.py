@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from shared.schemas.common import (
+from shared.protocol.schemas.common import (
     DELTA_MIN,
     EPSILON_MAX,
     EPSILON_MIN,

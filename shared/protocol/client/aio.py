@@ -18,7 +18,7 @@ from tenacity import (
     AsyncRetrying,
 )
 
-from shared.client.base import (
+from shared.protocol.client.base import (
     _Base,
     _Call,
     _decode,
@@ -29,7 +29,7 @@ from shared.client.base import (
     _transport_errors,
     _verify,
 )
-from shared.client.errors import (
+from shared.protocol.client.errors import (
     _CHUNK,
     RETRY_STATUSES,
     Ledger,
@@ -37,7 +37,7 @@ from shared.client.errors import (
     ReleaseIntegrityError,
     _error_from,
 )
-from shared.schemas import (
+from shared.protocol.schemas import (
     AccessLogPublic,
     DatasetPublic,
     DatasetsPublic,

@@ -19,7 +19,7 @@ from tenacity import (
     Retrying,
 )
 
-from shared.client.base import (
+from shared.protocol.client.base import (
     _Base,
     _Call,
     _decode,
@@ -30,7 +30,7 @@ from shared.client.base import (
     _transport_errors,
     _verify,
 )
-from shared.client.errors import (
+from shared.protocol.client.errors import (
     _CHUNK,
     RETRY_STATUSES,
     Ledger,
@@ -38,7 +38,7 @@ from shared.client.errors import (
     ReleaseIntegrityError,
     _error_from,
 )
-from shared.schemas import (
+from shared.protocol.schemas import (
     AccessLogPublic,
     DatasetPublic,
     DatasetsPublic,

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo.gp import GaussianProcess, Hyperparameters, fit_hyperparameters, median_distance
 from shared.errors import InputDataError, StrategyError
-from shared.gp import GaussianProcess, Hyperparameters, fit_hyperparameters, median_distance
 
 __all__ = [
     "GPUCB",

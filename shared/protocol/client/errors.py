@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from shared.errors import PoboError
-from shared.schemas import (
+from shared.protocol.schemas import (
     LedgerEntryPublic,
     LedgerPublic,
 )

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared.schemas.common import ID_MAX, QueryStatus, Request, RowId
+from shared.protocol.schemas.common import ID_MAX, QueryStatus, Request, RowId
 
 # --------------------------------------------------------------------------------------------- partners
 

@@ -3,7 +3,7 @@
 This is the only way the modeler service talks to a curator, and what a data scientist imports in a
 notebook::
 
-    >>> from shared.client import CuratorClient
+    >>> from shared.protocol.client import CuratorClient
     >>> admin = CuratorClient("http://127.0.0.1:8001", token="<admin token>")
     >>> ds = admin.upload_dataset("hospital.csv", name="hospital", objective="outcome")  # doctest: +SKIP
     >>> report = admin.privacy_report(ds.id, epsilon=2.0, delta=1e-4)                     # doctest: +SKIP
@@ -27,15 +27,15 @@ Behaviour shared by every call:
 * **Errors**: any 4xx/5xx answer raises :class:`CuratorError` with ``.status_code`` and the curator's own
   ``.detail`` message; an unreachable curator raises :class:`CuratorUnavailable` (``status_code`` None).
 * **TLS**: ``https://`` certificates are always verified, against ``verify`` — a CA bundle path (PEM) or an
-  ``ssl.SSLContext`` (``shared.tls.client_ssl_context``) — or the system trust store by default. A
+  ``ssl.SSLContext`` (``shared.servicekit.tls.client_ssl_context``) — or the system trust store by default. A
   certificate that does not verify raises :class:`CuratorUnavailable` naming ``CERTIFICATE_VERIFY_FAILED``.
 """
 
 from __future__ import annotations
 
-from shared.client.aio import AsyncCuratorClient
-from shared.client.base import npy_sha256
-from shared.client.errors import (
+from shared.protocol.client.aio import AsyncCuratorClient
+from shared.protocol.client.base import npy_sha256
+from shared.protocol.client.errors import (
     RETRY_STATUSES,
     CuratorError,
     CuratorProtocolError,
@@ -45,7 +45,7 @@ from shared.client.errors import (
     QueryWaitTimeout,
     ReleaseIntegrityError,
 )
-from shared.client.sync import CuratorClient
+from shared.protocol.client.sync import CuratorClient
 
 __all__ = [
     "RETRY_STATUSES",

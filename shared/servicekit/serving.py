@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from pydantic import SecretStr
 
-from shared.tls import uvicorn_ssl_options, warn_if_plaintext
+from shared.servicekit.tls import uvicorn_ssl_options, warn_if_plaintext
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d]: %(message)s"
 
-#: The failed-token log the workers of one service share (``shared.asgi_guards.SharedFailureLog``), in its
+#: The failed-token log the workers of one service share (``servicekit.asgi_guards.SharedFailureLog``), in its
 #: data dir; deleted by the start-up work, so every start begins with a clean slate.
 THROTTLE_FILE = "auth-failures.db"
 
@@ -46,7 +46,7 @@ WORKERS_HELP = (
 
 
 #: Shortest operator token (the curator's admin token, the modeler's token) a service accepts from its
-#: settings: the failed-token lock-out never blocks the operator token (``shared.asgi_guards``), so its
+#: settings: the failed-token lock-out never blocks the operator token (``servicekit.asgi_guards``), so its
 #: strength is what stops guessing. Generated tokens have 43 characters (256 bits).
 MIN_OPERATOR_TOKEN_LENGTH = 24
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from shared.schemas.common import ObjectiveMode, ScalingInfo
+from shared.protocol.schemas.common import ObjectiveMode, ScalingInfo
 
 
 class DatasetPublic(BaseModel):

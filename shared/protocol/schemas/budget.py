@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from shared.schemas.common import Mechanism, ScalingInfo
+from shared.protocol.schemas.common import Mechanism, ScalingInfo
 
 
 class PopulationBudget(BaseModel):

@@ -1,6 +1,6 @@
 """Public request and response bodies of the pobo HTTP API (the curator part).
 
-Both the curator service and its clients (the modeler's ``shared.client``) import these, so they are
+Both the curator service and its clients (the modeler's ``shared.protocol.client``) import these, so they are
 pure pydantic: this package never imports FastAPI or SQLAlchemy. Field names are part of the HTTP
 contract (docs/api.md); fields only ever get added.
 
@@ -12,7 +12,7 @@ report), ``datasets``, ``releases``, ``access`` (partners, queries, health, acce
 
 from __future__ import annotations
 
-from shared.schemas.access import (
+from shared.protocol.schemas.access import (
     AccessLogEntry,
     AccessLogPublic,
     GrantCreate,
@@ -27,7 +27,7 @@ from shared.schemas.access import (
     QueryPublic,
     QueryResult,
 )
-from shared.schemas.budget import (
+from shared.protocol.schemas.budget import (
     FeatureProtection,
     GuaranteeAtChange,
     LedgerEntryPublic,
@@ -38,7 +38,7 @@ from shared.schemas.budget import (
     PrivacyReport,
     PrivacyRow,
 )
-from shared.schemas.common import (
+from shared.protocol.schemas.common import (
     DELTA_MIN,
     EPSILON_MAX,
     EPSILON_MIN,
@@ -52,11 +52,11 @@ from shared.schemas.common import (
     ScalingInfo,
     ScalingKind,
 )
-from shared.schemas.datasets import (
+from shared.protocol.schemas.datasets import (
     DatasetPublic,
     DatasetsPublic,
 )
-from shared.schemas.releases import (
+from shared.protocol.schemas.releases import (
     NO_GUARANTEE_REASON,
     ReleaseCreate,
     ReleaseDetail,
