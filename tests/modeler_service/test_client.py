@@ -1,9 +1,9 @@
 """``shared.protocol.client``: retries that reuse the Idempotency-Key, errors that carry the curator's detail,
-sha256-verified downloads; sync and async (httpx.MockTransport, no server)."""
+sha256-verified downloads, answers that are not a pobo curator's; and the endpoint table the client's methods
+are made from (httpx.MockTransport, no server)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from shared.protocol.client import (
-    AsyncCuratorClient,
     CuratorClient,
     CuratorError,
+    CuratorProtocolError,
     CuratorUnavailable,
     ReleaseIntegrityError,
 )
+from shared.protocol.client.endpoints import ENDPOINTS
 
 QUERY = {
     "id": 7,
@@ -215,31 +216,93 @@ def test_token_is_not_in_repr() -> None:
     c.close()
 
 
-def test_async_client_retries_with_the_same_key() -> None:
+def test_gateway_timeouts_are_retried_with_the_same_key_and_404_carries_the_detail() -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
+        if request.url.path == "/v1/queries/999":
+            return httpx.Response(404, json={"detail": "query 999 not found"})
         if len(seen) < 3:
             return httpx.Response(504, json={"detail": "gateway timeout"})
         return httpx.Response(201, json=QUERY)
 
-    async def errors() -> None:
-        def bad(request: httpx.Request) -> httpx.Response:
-            return httpx.Response(404, json={"detail": "query 999 not found"})
+    with client_with(handler) as c:
+        assert c.create_query(1, 42, idempotency_key="s:9").id == 7
+        assert [r.headers["Idempotency-Key"] for r in seen] == ["s:9"] * 3
+        with pytest.raises(CuratorError) as err:
+            c.get_query(999)
+    assert (err.value.status_code, err.value.detail) == (404, "query 999 not found")
+    assert len(seen) == 4  # a 404 is not retried
 
-        async with AsyncCuratorClient("http://curator.test", "tok", transport=httpx.MockTransport(bad)) as c:
-            with pytest.raises(CuratorError) as err:
-                await c.get_query(999)
-            assert (err.value.status_code, err.value.detail) == (404, "query 999 not found")
 
-    async def ok() -> None:
-        async with AsyncCuratorClient(
-            "http://curator.test", "tok", transport=httpx.MockTransport(handler), backoff=0.0
-        ) as c:
-            q = await c.create_query(1, 42, idempotency_key="s:9")
-            assert q.id == 7
+def test_answers_that_are_not_a_pobo_curators_are_protocol_errors() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/releases/1":
+            return httpx.Response(200, json=release("0" * 64))
+        if request.url.path == "/v1/releases/1/rows":
+            return httpx.Response(302, headers={"location": "http://elsewhere.test/z.npy"})
+        if request.url.path == "/healthz":
+            return httpx.Response(200, text="<html>hello</html>", headers={"content-type": "text/html"})
+        if request.url.path == "/v1/partners/me":
+            return httpx.Response(200, json={"unexpected": True})
+        return httpx.Response(502, text="<html>bad gateway</html>", headers={"content-type": "text/html"})
 
-    asyncio.run(ok())
-    assert [r.headers["Idempotency-Key"] for r in seen] == ["s:9"] * 3
-    asyncio.run(errors())
+    with client_with(handler, retries=1) as c:
+        with pytest.raises(CuratorProtocolError, match="never follows"):
+            c.release_rows(1)
+        with pytest.raises(CuratorProtocolError, match="expected the JSON of a pobo curator"):
+            c.healthz()
+        with pytest.raises(CuratorProtocolError, match="PartnerPublic"):
+            c.get_partner()
+        with pytest.raises(CuratorProtocolError) as err:
+            c.list_datasets()
+    assert err.value.status_code == 502
+
+
+def test_the_endpoint_table_says_which_calls_may_be_repeated() -> None:
+    not_repeatable = {name for name, ep in ENDPOINTS.items() if not ep.retry_safe}
+    assert not_repeatable == {"upload_dataset", "create_release", "create_partner", "post_result"}
+    assert {name for name, ep in ENDPOINTS.items() if ep.method == "GET"} <= {
+        name for name, ep in ENDPOINTS.items() if ep.retry_safe
+    }
+    call = ENDPOINTS["create_query"].bind(release_id="3", index=5, idempotency_key=None)
+    assert (call.method, call.path, call.parts.json, call.idempotent) == (
+        "POST",
+        "/v1/releases/3/queries",
+        {"index": 5},
+        True,
+    )
+    assert len(call.parts.headers["Idempotency-Key"]) == 32
+    # every endpoint is reached through a method of the client (no dead rows in the table)
+    wrappers = {"list_dataset_releases": "list_releases", "get_own_partner": "get_partner"}
+    assert all(callable(getattr(CuratorClient, wrappers.get(name, name), None)) for name in ENDPOINTS)
+
+
+def test_grant_and_revoke_are_retried_but_a_posted_result_is_not() -> None:
+    seen: list[str] = []
+    partner = {
+        "id": 2,
+        "name": "lab",
+        "release_ids": [1],
+        "max_queries": 5,
+        "queries_used": 0,
+        "revoked": False,
+        "created_at": "2026-01-01T00:00:00Z",
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if seen.count(seen[-1]) == 1:
+            return httpx.Response(503, json={"detail": "busy"})
+        return httpx.Response(200, json=partner)
+
+    with client_with(handler) as c:
+        c.grant(2, [1])
+        c.revoke_partner(2)
+        with pytest.raises(CuratorError) as err:
+            c.post_result(7, 0.5)
+    assert err.value.status_code == 503
+    assert seen == ["POST /v1/partners/2/grants"] * 2 + ["DELETE /v1/partners/2"] * 2 + [
+        "POST /v1/queries/7/result"
+    ]

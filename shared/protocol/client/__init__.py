@@ -1,4 +1,4 @@
-"""Typed HTTP client of the curator API (``API.md``, curator part), sync and async.
+"""Typed HTTP client of the curator API (``API.md``, curator part): :class:`CuratorClient`.
 
 This is the only way the modeler service talks to a curator, and what a data scientist imports in a
 notebook::
@@ -15,17 +15,35 @@ notebook::
     >>> q.status, q.y                                 # doctest: +SKIP
     ('complete', 0.73)
 
+How it is built — every endpoint is described once, and every request goes one way:
+
+* ``endpoints.py`` is the table: one ``Endpoint`` per operation (``API.create_query``, ...) giving its HTTP
+  method, path template, request builder (query parameters, body, headers), whether it is safe to repeat,
+  any extra timeout, and the model its answer parses into.
+* ``curator.py`` holds :class:`CuratorClient`, whose methods are thin typed wrappers: they pick their
+  endpoint and pass their arguments to one ``_call`` -> ``_send`` path (retries, streaming, decoding).
+* ``base.py`` has the pieces that path uses (error mapping, retry predicate, JSON decoding, TLS
+  ``verify``, the checks of downloaded rows); ``errors.py`` what a call can raise.
+
+There is no async twin: code with an event loop runs the blocking client in a thread (as the modeler
+service does), e.g. ``await asyncio.to_thread(curator.get_query, qid, wait=30)``.
+
 Behaviour shared by every call:
 
 * **Timeouts**: ``timeout`` seconds per request (connect at most 10 s); long-polls (``get_query(wait=...)``)
   get ``wait`` seconds on top.
 * **Retries** (tenacity, exponential backoff with jitter): connection errors, timeouts and 5xx answers are
-  retried for requests that are safe to repeat — every ``GET``, and every ``POST`` that carries an
-  ``Idempotency-Key`` (``create_query``: the *same* key is re-sent on every attempt, so the curator returns
-  the query it already made and never charges it twice). Other ``POST`` calls (upload, release, partner,
-  result) are only retried when the connection could not be opened (the request never left).
+  retried for requests that are safe to repeat — every ``GET`` and ``DELETE``, ``grant``, and every ``POST``
+  that carries an ``Idempotency-Key`` (``create_query``: the *same* key is re-sent on every attempt, so the
+  curator returns the query it already made and never charges it twice). Other ``POST`` calls (upload,
+  release, partner, result) are only retried when the connection could not be opened (the request never
+  left).
 * **Errors**: any 4xx/5xx answer raises :class:`CuratorError` with ``.status_code`` and the curator's own
-  ``.detail`` message; an unreachable curator raises :class:`CuratorUnavailable` (``status_code`` None).
+  ``.detail`` message; an unreachable curator raises :class:`CuratorUnavailable` (``status_code`` None). A
+  server that does not answer like a pobo curator (a redirect, which is never followed; a body that is not
+  its JSON) raises :class:`CuratorProtocolError`.
+* **Release rows** are checked against the release's sha256 (and must be an n x r float64 array), else
+  :class:`ReleaseIntegrityError`; ``download_release_rows`` writes a temp file, fsyncs it and renames it.
 * **TLS**: ``https://`` certificates are always verified, against ``verify`` — a CA bundle path (PEM) or an
   ``ssl.SSLContext`` (``shared.servicekit.tls.client_ssl_context``) — or the system trust store by default. A
   certificate that does not verify raises :class:`CuratorUnavailable` naming ``CERTIFICATE_VERIFY_FAILED``.
@@ -33,8 +51,8 @@ Behaviour shared by every call:
 
 from __future__ import annotations
 
-from shared.protocol.client.aio import AsyncCuratorClient
 from shared.protocol.client.base import npy_sha256
+from shared.protocol.client.curator import CuratorClient
 from shared.protocol.client.errors import (
     RETRY_STATUSES,
     CuratorError,
@@ -45,11 +63,9 @@ from shared.protocol.client.errors import (
     QueryWaitTimeout,
     ReleaseIntegrityError,
 )
-from shared.protocol.client.sync import CuratorClient
 
 __all__ = [
     "RETRY_STATUSES",
-    "AsyncCuratorClient",
     "CuratorClient",
     "CuratorError",
     "CuratorProtocolError",

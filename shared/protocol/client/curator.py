@@ -1,43 +1,36 @@
-"""The synchronous curator client (the modeler service, scripts, notebooks)."""
+"""``CuratorClient``: typed methods over the endpoint table, and the one path every request takes."""
 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import ssl
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
 import numpy.typing as npt
-from tenacity import (
-    Retrying,
-)
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from shared.protocol.client.base import (
-    _Base,
+    Parts,
     _Call,
+    _check_rows,
+    _check_status,
     _decode,
     _files,
     _fsync_replace,
-    _parse,
-    _release_model,
+    _should_retry,
     _transport_errors,
     _verify,
+    _write_body,
 )
-from shared.protocol.client.errors import (
-    _CHUNK,
-    RETRY_STATUSES,
-    Ledger,
-    QueryWaitTimeout,
-    ReleaseIntegrityError,
-    _error_from,
-)
+from shared.protocol.client.endpoints import API, Endpoint
+from shared.protocol.client.errors import RETRY_STATUSES, Ledger, QueryWaitTimeout, _error_from
 from shared.protocol.schemas import (
     AccessLogPublic,
     DatasetPublic,
@@ -55,8 +48,10 @@ from shared.protocol.schemas import (
     ReleasesPublic,
 )
 
+R = TypeVar("R")
 
-class CuratorClient(_Base):
+
+class CuratorClient:
     """Blocking client of the curator API. Thread-safe; use as a context manager or call :meth:`close`.
 
     ``token`` is the admin token (curator staff) or a partner token (a modeler). ``transport`` lets tests
@@ -82,16 +77,27 @@ class CuratorClient(_Base):
         transport: httpx.BaseTransport | None = None,
         verify: ssl.SSLContext | str | Path | bool = True,
     ) -> None:
-        super().__init__(
-            base_url, token, timeout=timeout, retries=retries, backoff=backoff, max_backoff=max_backoff
-        )
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        headers = {"User-Agent": "pobo-client/0.1", "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             base_url=self.base_url,
-            headers=self._headers(),
+            headers=headers,
             timeout=self._timeout(),
             transport=transport,
             verify=_verify(verify),
         )
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"{type(self).__name__}({self.base_url!r})"
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -103,58 +109,57 @@ class CuratorClient(_Base):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- plumbing --------------------------------------------------------------------------------------
-    def _send_once(self, call: _Call) -> httpx.Response:
-        with _transport_errors(call), _files(call) as files:
-            resp = self._http.request(
-                call.method,
-                call.path,
-                params=call.params,
-                json=call.json,
-                data=call.data,
-                files=files,
-                headers=call.headers,
-                timeout=self._timeout(call.extra_timeout),
-            )
-        if resp.status_code in RETRY_STATUSES:
-            raise _error_from(resp)
-        return resp
+    # -- the one request path --------------------------------------------------------------------------
+    def _timeout(self, extra: float = 0.0) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout + extra, connect=min(self.timeout, 10.0))
 
-    def _request(self, call: _Call) -> Any:
-        for attempt in Retrying(**self._retry_kwargs(call)):
+    def _send(self, call: _Call, into: Path | None = None) -> tuple[httpx.Response, str]:
+        """Make ``call``, retried (tenacity: exponential backoff with jitter) while :func:`_should_retry`
+        allows; the last error is re-raised as is. Returns the answer with its body read — or, with
+        ``into`` and a 2xx answer, streamed into that file (rewritten on every attempt) and its sha256."""
+        retrying = Retrying(
+            retry=retry_if_exception(_should_retry(call)),
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_exponential_jitter(multiplier=self.backoff, max=self.max_backoff, jitter=self.backoff),
+            reraise=True,
+        )
+        for attempt in retrying:
             with attempt:
-                resp = self._send_once(call)
-        return _decode(resp)
-
-    def _download(self, call: _Call, dest: Path) -> str:
-        """Stream the response body into ``dest`` (rewritten from scratch on every attempt); its sha256."""
-        digest = ""
-        for attempt in Retrying(**self._retry_kwargs(call)):
-            with attempt:
-                h = hashlib.sha256()
+                digest = ""
                 with (
                     _transport_errors(call),
+                    _files(call) as files,
                     self._http.stream(
                         call.method,
                         call.path,
-                        headers=call.headers,
-                        timeout=self._timeout(call.extra_timeout),
+                        params=call.parts.params,
+                        json=call.parts.json,
+                        data=call.parts.data,
+                        files=files,
+                        headers=call.parts.headers,
+                        timeout=self._timeout(call.parts.extra_timeout),
                     ) as resp,
                 ):
-                    if resp.status_code >= 400:
+                    if into is not None and 200 <= resp.status_code < 300:
+                        digest = _write_body(resp, into)
+                    else:
                         resp.read()
-                        raise _error_from(resp)
-                    with open(dest, "wb") as fh:
-                        for chunk in resp.iter_bytes(_CHUNK):
-                            h.update(chunk)
-                            fh.write(chunk)
-                digest = h.hexdigest()
-        return digest
+                if resp.status_code in RETRY_STATUSES:
+                    raise _error_from(resp)
+        return resp, digest
+
+    def _call(self, endpoint: Endpoint[R], **args: Any) -> R:
+        """Look the operation up in the table, send it, and parse the answer as the endpoint says."""
+        resp, _ = self._send(endpoint.bind(**args))
+        if endpoint.accept == "application/json":
+            return endpoint.parse(_decode(resp))
+        _check_status(resp)
+        return endpoint.parse(resp.content)
 
     # -- operations ------------------------------------------------------------------------------------
     def healthz(self) -> Health:
         """``GET /healthz`` (no token needed). A 503 answer raises ``CuratorError``."""
-        return _parse(Health, self._request(_Call("GET", "/healthz")))
+        return self._call(API.healthz)
 
     # -- datasets (admin) ------------------------------------------------------------------------------
     def upload_dataset(
@@ -176,37 +181,37 @@ class CuratorClient(_Base):
         Example: ``curator.upload_dataset("patients.csv", name="ward-3", objective="outcome",
         scaling={"age": 10.0}, epsilon_budget=10)``.
         """
-        call = self._upload_call(
-            path,
-            name=name,
-            features=features,
-            objective=objective,
-            objective_mode=objective_mode,
-            noise_std=noise_std,
-            scaling=scaling,
-            epsilon_budget=epsilon_budget,
-            delta_budget=delta_budget,
-            population=population,
+        form = {
+            "objective": objective,
+            "objective_mode": objective_mode,
+            "noise_std": noise_std,
+            "epsilon_budget": epsilon_budget,
+            "delta_budget": delta_budget,
+            "population": population,
+        }
+        return self._call(
+            API.upload_dataset, path=path, name=name, features=features, scaling=scaling, form=form
         )
-        return _parse(DatasetPublic, self._request(call))
 
     def list_datasets(self) -> DatasetsPublic:
         """Metadata of every dataset (admin)."""
-        return _parse(DatasetsPublic, self._request(_Call("GET", "/v1/datasets")))
+        return self._call(API.list_datasets)
 
     def get_dataset(self, dataset_id: int) -> DatasetPublic:
         """Metadata of one dataset (admin)."""
-        return _parse(DatasetPublic, self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}")))
+        return self._call(API.get_dataset, dataset_id=dataset_id)
 
     def privacy_report(
         self, dataset_id: int, *, epsilon: float, delta: float, r_max: int | None = None
     ) -> PrivacyReport:
         """What a release at (epsilon, delta) protects, in the curator's units (curator-private; admin)."""
-        params: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
-        if r_max is not None:
-            params["r_max"] = r_max
-        data = self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/privacy", params=params))
-        return _parse(PrivacyReport, data)
+        return self._call(
+            API.privacy_report, dataset_id=dataset_id, epsilon=epsilon, delta=delta, r_max=r_max
+        )
+
+    def ledger(self, dataset_id: int) -> Ledger:
+        """The privacy ledger of the dataset's population: budget, spent, one entry per release (admin)."""
+        return self._call(API.ledger, dataset_id=dataset_id)
 
     # -- releases --------------------------------------------------------------------------------------
     def create_release(
@@ -226,14 +231,21 @@ class CuratorClient(_Base):
         The default is the Gaussian release (``r`` < d optionally projects it); ``mechanism="po-gp-ucb"``
         (the paper's Algorithm 1, no formal guarantee) needs ``r`` and ``acknowledge_no_guarantee=True``.
         """
-        call = self._release_call(
-            dataset_id, epsilon, delta, r, mechanism, lift, acknowledge_no_guarantee, allow_large_delta
+        return self._call(
+            API.create_release,
+            dataset_id=dataset_id,
+            epsilon=epsilon,
+            delta=delta,
+            r=r,
+            mechanism=mechanism,
+            lift=lift,
+            acknowledge_no_guarantee=acknowledge_no_guarantee,
+            allow_large_delta=allow_large_delta,
         )
-        return _release_model(self._request(call))
 
     def get_release(self, release_id: int) -> ReleaseDetail | ReleasePublic:
         """A release's parameters (a partner gets ``ReleasePublic``, the admin ``ReleaseDetail``)."""
-        return _release_model(self._request(_Call("GET", f"/v1/releases/{int(release_id)}")))
+        return self._call(API.get_release, release_id=release_id)
 
     def download_release_rows(
         self, release_id: int, dest: str | os.PathLike[str], *, expected_sha256: str | None = None
@@ -247,8 +259,9 @@ class CuratorClient(_Base):
         expected = expected_sha256 or self.get_release(release_id).sha256
         tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
         try:
-            digest = self._download(self._rows_call(release_id), tmp)
-            self._check_rows(tmp, digest, expected, release_id)
+            resp, digest = self._send(API.release_rows.bind(release_id=release_id), into=tmp)
+            _check_status(resp)
+            _check_rows(tmp, digest, expected, release_id)
             _fsync_replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)
@@ -257,66 +270,43 @@ class CuratorClient(_Base):
     def release_rows(self, release_id: int, *, expected_sha256: str | None = None) -> npt.NDArray[np.float64]:
         """The released Z (n x r float64) in memory, verified against the release's sha256."""
         expected = expected_sha256 or self.get_release(release_id).sha256
-        for attempt in Retrying(**self._retry_kwargs(self._rows_call(release_id))):
-            with attempt:
-                resp = self._send_once(self._rows_call(release_id))
-        if resp.status_code >= 400:
-            raise _error_from(resp)
-        digest = hashlib.sha256(resp.content).hexdigest()
-        if digest != expected:
-            raise ReleaseIntegrityError(
-                None, f"release {release_id} rows have sha256 {digest}, but the release says {expected}"
-            )
-        Z: npt.NDArray[np.float64] = np.load(io.BytesIO(resp.content), allow_pickle=False)
-        return Z
-
-    def ledger(self, dataset_id: int) -> Ledger:
-        """The privacy ledger of the dataset's population: budget, spent, one entry per release (admin)."""
-        return _parse(Ledger, self._request(_Call("GET", f"/v1/datasets/{int(dataset_id)}/ledger")))
+        content = self._call(API.release_rows, release_id=release_id)
+        return _check_rows(content, hashlib.sha256(content).hexdigest(), expected, release_id)
 
     def list_releases(self, dataset_id: int | None = None) -> ReleasesPublic:
         """Releases you may read (admin: all, or one dataset's; partner: the granted ones)."""
-        path = f"/v1/datasets/{int(dataset_id)}/releases" if dataset_id is not None else "/v1/releases"
-        return _parse(ReleasesPublic, self._request(_Call("GET", path)))
+        if dataset_id is None:
+            return self._call(API.list_releases)
+        return self._call(API.list_dataset_releases, dataset_id=dataset_id)
+
+    # -- partners --------------------------------------------------------------------------------------
+    def create_partner(self, name: str, *, release_ids: list[int], max_queries: int) -> PartnerCreated:
+        """Grant a modeler organisation access to releases with a query quota; the token is shown once."""
+        return self._call(API.create_partner, name=name, release_ids=release_ids, max_queries=max_queries)
 
     def list_partners(self) -> PartnersPublic:
         """Every partner with its grants and quota use (admin)."""
-        return _parse(PartnersPublic, self._request(_Call("GET", "/v1/partners")))
+        return self._call(API.list_partners)
 
     def get_partner(self, partner_id: int | None = None) -> PartnerPublic:
         """One partner (admin), or with no id the calling partner itself (``/v1/partners/me``)."""
-        path = "/v1/partners/me" if partner_id is None else f"/v1/partners/{int(partner_id)}"
-        return _parse(PartnerPublic, self._request(_Call("GET", path)))
+        if partner_id is None:
+            return self._call(API.get_own_partner)
+        return self._call(API.get_partner, partner_id=partner_id)
 
     def grant(self, partner_id: int, release_ids: list[int]) -> PartnerPublic:
         """Grant a partner more releases (admin)."""
-        body = {"release_ids": [int(i) for i in release_ids]}
-        call = _Call("POST", f"/v1/partners/{int(partner_id)}/grants", json=body, idempotent=True)
-        return _parse(PartnerPublic, self._request(call))
+        return self._call(API.grant, partner_id=partner_id, release_ids=release_ids)
 
     def revoke_partner(self, partner_id: int) -> PartnerPublic:
         """Revoke a partner's token (it answers 401 from then on; admin)."""
-        call = _Call("DELETE", f"/v1/partners/{int(partner_id)}", idempotent=True)
-        return _parse(PartnerPublic, self._request(call))
+        return self._call(API.revoke_partner, partner_id=partner_id)
 
     def access_log(
         self, *, limit: int = 1000, partner_id: int | None = None, after_id: int | None = None
     ) -> AccessLogPublic:
         """Who called what and when, oldest first (admin; never bodies)."""
-        params = {
-            k: v
-            for k, v in {"limit": limit, "partner_id": partner_id, "after_id": after_id}.items()
-            if v is not None
-        }
-        return _parse(AccessLogPublic, self._request(_Call("GET", "/v1/access-log", params=params)))
-
-    # -- partners (admin) ------------------------------------------------------------------------------
-    def create_partner(self, name: str, *, release_ids: list[int], max_queries: int) -> PartnerCreated:
-        """Grant a modeler organisation access to releases with a query quota; the token is shown once."""
-        body = {"name": name, "release_ids": [int(i) for i in release_ids], "max_queries": int(max_queries)}
-        return _parse(
-            PartnerCreated, self._request(_Call("POST", "/v1/partners", json=body, idempotent=False))
-        )
+        return self._call(API.access_log, limit=limit, partner_id=partner_id, after_id=after_id)
 
     # -- queries ---------------------------------------------------------------------------------------
     def create_query(self, release_id: int, index: int, idempotency_key: str | None = None) -> QueryPublic:
@@ -326,11 +316,13 @@ class CuratorClient(_Base):
         a crash returns the same query instead of charging the quota again; without one a random key is
         used (still shared by this call's retries). 422 index out of range, 429 quota used up.
         """
-        return _parse(QueryPublic, self._request(self._query_call(release_id, index, idempotency_key)))
+        return self._call(
+            API.create_query, release_id=release_id, index=index, idempotency_key=idempotency_key
+        )
 
     def get_query(self, query_id: int, *, wait: float | None = None) -> QueryPublic:
         """A query; with ``wait`` the curator holds the request up to that many seconds until it completes."""
-        return _parse(QueryPublic, self._request(self._get_query_call(query_id, wait)))
+        return self._call(API.get_query, query_id=query_id, wait=wait)
 
     def wait_for_query(
         self,
@@ -352,21 +344,18 @@ class CuratorClient(_Base):
 
     def post_result(self, query_id: int, y: float) -> QueryPublic:
         """Post the measured outcome of a pending (``manual``) query (admin; 409 if already complete)."""
-        call = _Call("POST", f"/v1/queries/{int(query_id)}/result", json={"y": float(y)}, idempotent=False)
-        return _parse(QueryPublic, self._request(call))
+        return self._call(API.post_result, query_id=query_id, y=y)
 
     def list_queries(self, release_id: int) -> QueriesPublic:
         """Queries of a release in creation order (admin: all; partner: its own)."""
-        return _parse(QueriesPublic, self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries")))
+        return self._call(API.list_queries, release_id=release_id)
 
     def verify_queries(self, release_id: int) -> QueryLogVerification:
         """Check the release's query-log hash chain on the curator (admin, or the granted partner)."""
-        return _parse(
-            QueryLogVerification,
-            self._request(_Call("GET", f"/v1/releases/{int(release_id)}/queries/verify")),
-        )
+        return self._call(API.verify_queries, release_id=release_id)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Escape hatch for endpoints without a method here: decoded JSON, same retries and errors."""
         idempotent = method.upper() == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
-        return self._request(_Call(method.upper(), path, idempotent=idempotent, **kwargs))
+        resp, _ = self._send(_Call(method.upper(), path, Parts(**kwargs), idempotent))
+        return _decode(resp)
