@@ -1,14 +1,22 @@
-"""The audit chain: canonical JSON of an entry and its hash, and the verification of a whole log.
+"""The audit chain: the payload of an entry and its hash, and the verification of a whole log.
 
-Each curator query leaves one entry. With ``prev_hash`` the hash of the entry before it (``"0" * 64`` for the
-first one)::
+Each curator request of a round leaves one entry. With ``prev_hash`` the hash of the entry before it
+(``"0" * 64`` for the first one)::
 
-    hash = sha256(prev_hash + canonical_json(entry))
+    hash = sha256(prev_hash + canonical_json(payload(entry)))
 
-``canonical_json`` has sorted keys, no whitespace, UTC timestamps with microseconds, and every float written
-as its shortest round-trip ``repr`` (so the bytes are a function of the stored values alone). Editing any
-field of an entry changes its hash; deleting or reordering entries breaks the ``seq`` numbering and the
-``prev_hash`` links; deleting entries at the end is caught by the study's stored head (count and last hash).
+``canonical_json`` (``shared.servicekit.hashchain``) has sorted keys, no whitespace, UTC timestamps with
+microseconds and every float as its shortest round-trip ``repr``, so the bytes are a function of the stored
+values alone. Editing any field changes the hash; deleting or reordering entries breaks the ``seq``
+numbering and the ``prev_hash`` links; deleting entries at the end is caught by the study's stored head.
+
+The payload is versioned by ``hash_version``:
+
+* 2 (current): study, seq, time, round, request, kind, row index, y, the strategy's ``details`` object and
+  the curator query id.
+* 1: entries written before rounds existed, one GP-UCB row per iteration. Their numbers now live in
+  ``details``, and the payload is rebuilt in the old layout (iteration = seq; source, acquisition, beta,
+  mean, std and the hyper-parameters as canonical JSON text), so chains written then still verify.
 """
 
 from __future__ import annotations
@@ -25,39 +33,51 @@ from shared.servicekit.hashchain import (
     link_hash,
     verify_links,
 )
-from shared.servicekit.hashchain import canonical_json as canonical_json_of
+
+HASH_VERSION = 2
 
 
-def canonical_hyperparameters(hp: dict[str, Any]) -> str:
-    """The hyper-parameters as stored in an entry: canonical JSON (floats as repr strings)."""
-    return json.dumps(canonical(hp), sort_keys=True, separators=(",", ":"))
-
-
-def entry_payload(entry: AuditEntry) -> dict[str, Any]:
-    """Every field an entry's hash covers (all but ``id``, ``prev_hash`` and ``hash`` themselves)."""
+def _legacy_payload(entry: AuditEntry) -> dict[str, Any]:
+    d = entry.details
+    hyperparameters = json.dumps(canonical(d["hyperparameters"]), sort_keys=True, separators=(",", ":"))
     return {
         "study_id": entry.study_id,
         "seq": int(entry.seq),
         "at": canonical_time(entry.at),
-        "iteration": int(entry.iteration),
-        "index": int(entry.row_index),
-        "y": float(entry.y),
-        "source": entry.source,
-        "acquisition": float(entry.acquisition),
-        "beta": float(entry.beta),
-        "mean": float(entry.mean),
-        "std": float(entry.std),
-        "hyperparameters": entry.hyperparameters,
+        "iteration": int(entry.seq),
+        "index": int(entry.row_index),  # type: ignore[arg-type]
+        "y": float(entry.y),  # type: ignore[arg-type]
+        "source": d["source"],
+        "acquisition": float(d["acquisition"]),
+        "beta": float(d["beta"]),
+        "mean": float(d["mean"]),
+        "std": float(d["std"]),
+        "hyperparameters": hyperparameters,
         "curator_query_id": int(entry.curator_query_id),
     }
 
 
-def canonical_json(entry: AuditEntry) -> str:
-    return canonical_json_of(entry_payload(entry))
+def entry_payload(entry: AuditEntry) -> dict[str, Any]:
+    """Every field an entry's hash covers (all but ``id``, ``prev_hash`` and ``hash`` themselves)."""
+    if entry.hash_version == 1:
+        return _legacy_payload(entry)
+    return {
+        "v": int(entry.hash_version),
+        "study_id": entry.study_id,
+        "seq": int(entry.seq),
+        "at": canonical_time(entry.at),
+        "round": int(entry.round),
+        "request": int(entry.request),
+        "kind": entry.kind,
+        "index": None if entry.row_index is None else int(entry.row_index),
+        "y": None if entry.y is None else float(entry.y),
+        "details": entry.details,
+        "curator_query_id": int(entry.curator_query_id),
+    }
 
 
 def entry_hash(prev_hash: str, entry: AuditEntry) -> str:
-    """``sha256(prev_hash + canonical_json(entry))`` as hex."""
+    """``sha256(prev_hash + canonical_json(payload))`` as hex."""
     return link_hash(prev_hash, entry_payload(entry))
 
 
@@ -65,6 +85,6 @@ def verify_chain(
     entries: list[AuditEntry], *, expected_count: int | None = None, expected_head: str | None = None
 ) -> Verification:
     """Walk the entries in ``seq`` order and report the first position that does not check out
-    (``servicekit.hashchain.verify_links``: renumbered, deleted, reordered, edited or truncated entries)."""
+    (``shared.servicekit.hashchain.verify_links``: renumbered, deleted, reordered, edited or truncated)."""
     links = [ChainLink(e.seq, e.prev_hash, e.hash, entry_payload(e)) for e in entries]
     return verify_links(links, expected_count=expected_count, expected_head=expected_head)

@@ -24,7 +24,7 @@ from modeler_service.exceptions import (
     UpstreamError,
 )
 from modeler_service.models import Study
-from shared.bo.strategies import GPUCB
+from shared.bo.strategies import Strategy
 from shared.protocol.client import CuratorClient, CuratorError, CuratorProtocolError, npy_sha256
 from shared.servicekit.tls import client_ssl_context
 
@@ -38,14 +38,14 @@ class StudyState:
     """In-memory companions of a study: Z, the rebuilt strategy, and a curator client."""
 
     Z: npt.NDArray[np.float64]
-    strategy: GPUCB | None = None
-    n_obs: int = -1
+    strategy: Strategy | None = None
+    n_rounds: int = -1  # rounds the cached strategy has observed
     client: CuratorClient | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class StudyCache:
-    """Per-study Z arrays, strategies (keyed by observation count) and curator clients."""
+    """Per-study Z arrays, strategies (keyed by the rounds they observed) and curator clients."""
 
     def __init__(self) -> None:
         self._states: dict[str, StudyState] = {}

@@ -22,7 +22,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from modeler_service import repository as repo
 from modeler_service import service
 from modeler_service.api.deps import Components, TokenDep
-from modeler_service.api.routes import health, studies
+from modeler_service.api.routes import health, strategies, studies
 from modeler_service.config import Settings
 from modeler_service.context import ClientFactory, Context, default_client_factory
 from modeler_service.db import Database, transaction
@@ -40,8 +40,9 @@ log = logging.getLogger("pobo.modeler")
 DESCRIPTION = """
 The **modeler** side of pobo (privacy-preserving outsourced Bayesian optimization, PO-GP-UCB).
 
-A *study* runs GP-UCB over the rows Z of a curator's differentially private release: it suggests a row,
-asks the curator for that row's outcome (by index only), and records the answer. Every curator query is
+A *study* runs an optimisation strategy (GP-UCB, batch GP-UCB, random, ...: `GET /v1/strategies`) over the
+rows Z of a curator's differentially private release, in rounds: the strategy chooses one or more rows, the
+modeler asks the curator for their outcomes (by index only) and records the answers. Every curator query is
 logged in an append-only, hash-chained audit log that both organisations can reconcile with the curator's
 own query log.
 
@@ -50,7 +51,11 @@ first start into `<data dir>/token`). Errors are `{"detail": "..."}`.
 """
 
 TAGS = [
-    {"name": "studies", "description": "GP-UCB studies over curator releases: step, run, audit, results."},
+    {"name": "studies", "description": "Studies over curator releases: step, run, audit, results."},
+    {
+        "name": "strategies",
+        "description": "The registry of strategies a study can run, with their parameters.",
+    },
     {"name": "operations", "description": "Health check."},
 ]
 
@@ -212,16 +217,17 @@ def create_app(
     app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
     install_error_handlers(app)
     app.include_router(health.router)
-    app.include_router(
-        studies.router,
-        dependencies=[TokenDep],
-        responses={
-            401: {"description": "Missing or invalid bearer token."},
-            413: {"description": "Request body over the limit (setting MAX_JSON_BYTES)."},
-            429: {"description": "Too many invalid tokens from this client; see Retry-After."},
-            503: {"description": "The database is unavailable; retry after Retry-After seconds."},
-        },
-    )
+    for router in (studies.router, strategies.router):
+        app.include_router(
+            router,
+            dependencies=[TokenDep],
+            responses={
+                401: {"description": "Missing or invalid bearer token."},
+                413: {"description": "Request body over the limit (setting MAX_JSON_BYTES)."},
+                429: {"description": "Too many invalid tokens from this client; see Retry-After."},
+                503: {"description": "The database is unavailable; retry after Retry-After seconds."},
+            },
+        )
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
     if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
         app.add_middleware(

@@ -7,11 +7,13 @@ in the data dir; the study row records its relative path and sha256.
 Two tables:
 
 * ``modeler_studies``: one optimisation over one curator release. Holds the curator token *encrypted*
-  (Fernet), the private seed and the initial random rows (never shown to the curator), the run state, and
-  the *write-ahead intent* of the iteration in flight (``pending_*``: chosen before the curator is asked, so
-  a restarted process re-sends exactly the same query with the same Idempotency-Key).
-* ``modeler_audit_entries``: append-only, one row per curator query, hash-chained (``modeler_service.audit``).
-  The observations (index, y) the GP is rebuilt from are these rows: the audit log *is* the state.
+  (Fernet), the strategy's name and parameters, its private state and seed (never shown to the curator),
+  the run state, and the *write-ahead intent* of the round in flight (``pending_round``: planned before the
+  curator is asked, so a restarted process re-sends exactly the same requests with the same
+  Idempotency-Keys).
+* ``modeler_audit_entries``: append-only, one row per curator request, keyed by (round, request),
+  hash-chained (``modeler_service.audit``). The strategy is rebuilt from these rows: the audit log *is* the
+  state.
 """
 
 from __future__ import annotations
@@ -99,14 +101,12 @@ class Study(Base):
     z_file: Mapped[str] = mapped_column(String(255))  # relative to the data dir
     z_sha256: Mapped[str] = mapped_column(String(64))
 
-    # the strategy
+    # the strategy (a name in shared.bo.strategies.REGISTRY and its validated parameters)
     strategy: Mapped[str] = mapped_column(String(32))
-    iterations_total: Mapped[int] = mapped_column(Integer)
-    delta_prime: Mapped[float] = mapped_column(Double)
-    hyperparameters: Mapped[Any] = mapped_column(JSON)  # "mle" or {lengthscale, signal_variance, ...}
-    exclude_queried: Mapped[bool] = mapped_column(Boolean, default=True)
-    initial_points: Mapped[int] = mapped_column(Integer)
-    initial_indices: Mapped[Any] = mapped_column(JSON)  # private: the random first rows
+    strategy_params: Mapped[Any] = mapped_column(JSON)
+    #: private choices the strategy made at creation (e.g. its random first rows); never shown to the curator
+    strategy_state: Mapped[Any] = mapped_column(JSON)
+    iterations_total: Mapped[int] = mapped_column(Integer)  # the query budget (curator queries)
     seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # private; never shown to the curator
 
     # run state
@@ -116,40 +116,42 @@ class Study(Base):
     retry_at: Mapped[datetime | None] = mapped_column(nullable=True)
     retry_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     run_target: Mapped[int | None] = mapped_column(Integer, nullable=True)  # iterations_done to reach
-    iterations_done: Mapped[int] = mapped_column(Integer, default=0)
+    iterations_done: Mapped[int] = mapped_column(Integer, default=0)  # queries recorded
+    rounds_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     audit_head: Mapped[str] = mapped_column(String(64), default=GENESIS_HASH)
     best_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_y: Mapped[float | None] = mapped_column(Double, nullable=True)
 
-    # write-ahead intent of the iteration in flight (cleared in the transaction that records its outcome)
-    pending_iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    pending_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    pending_suggestion: Mapped[Any | None] = mapped_column(JSON, nullable=True)
-    pending_query_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: write-ahead intent of the round in flight: ``{"round": k, "requests": [{"request", "kind", "index",
+    #: "details", "key", "query_id"}, ...]}``, written before the first request is sent and cleared in the
+    #: transaction that records the round's outcomes
+    pending_round: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
 
 
 class AuditEntry(Base):
-    """One curator query and its outcome; append-only and hash-chained per study."""
+    """One curator request of a round and its outcome; append-only and hash-chained per study.
+
+    ``hash_version`` 1: an entry written before rounds existed (its GP-UCB numbers are in ``details``; its
+    hash covers them in the old layout, ``modeler_service.audit``); 2: the current layout.
+    """
 
     __tablename__ = "modeler_audit_entries"
     __table_args__ = (
         UniqueConstraint("study_id", "seq"),
-        UniqueConstraint("study_id", "iteration"),
+        UniqueConstraint("study_id", "round", "request"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     study_id: Mapped[str] = mapped_column(ForeignKey("modeler_studies.id"), index=True)
-    seq: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)  # the query number within the study, 1, 2, ...
     at: Mapped[datetime] = mapped_column()
-    iteration: Mapped[int] = mapped_column(Integer)
-    row_index: Mapped[int] = mapped_column("row_index", Integer)
-    y: Mapped[float] = mapped_column(Double)
-    source: Mapped[str] = mapped_column(String(16))  # "initial" (random row) or "gp-ucb"
-    acquisition: Mapped[float] = mapped_column(Double)
-    beta: Mapped[float] = mapped_column(Double)
-    mean: Mapped[float] = mapped_column(Double)
-    std: Mapped[float] = mapped_column(Double)
-    hyperparameters: Mapped[str] = mapped_column(Text)  # canonical JSON, as hashed
+    round: Mapped[int] = mapped_column(Integer)
+    request: Mapped[int] = mapped_column(Integer)  # position within the round, 0-based
+    kind: Mapped[str] = mapped_column(String(16))  # "row" (later "gradient")
+    row_index: Mapped[int | None] = mapped_column("row_index", Integer, nullable=True)
+    y: Mapped[float | None] = mapped_column(Double, nullable=True)
+    details: Mapped[Any] = mapped_column(JSON)  # the strategy's numbers (JSON object)
     curator_query_id: Mapped[int] = mapped_column(Integer)
+    hash_version: Mapped[int] = mapped_column(Integer, default=2, server_default="2")
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, case, func, insert, null, select, update
+from sqlalchemy import Table, bindparam, case, func, insert, null, select, update
 from sqlalchemy.orm import Session
 
 from modeler_service.models import AuditEntry, Study, utcnow
+from shared.bo.strategies import Answer, RowRequest
 
 #: Statuses in which a runner (thread) owns the study.
 #: A runner owns the study (a second run is a 409; a restart makes it ``ready`` again).
@@ -127,33 +128,14 @@ def stale_study_ids(session: Session) -> list[str]:
     return list(session.scalars(select(Study.id).where(Study.status.in_(ACTIVE_STATUSES)).order_by(Study.id)))
 
 
-def set_intent(
-    session: Session, study_id: str, *, iteration: int, index: int, suggestion: dict[str, Any]
-) -> bool:
-    """Write-ahead: record the row about to be queried, unless an intent exists or the count moved."""
-    result = session.execute(
+def set_pending_round(session: Session, study_id: str, pending: dict[str, Any], *, awaiting: bool) -> None:
+    """The round in flight with its curator query ids (and ``awaiting_measurement`` if one is pending)."""
+    session.execute(
         update(Study)
-        .where(
-            Study.id == study_id,
-            Study.pending_iteration.is_(None),
-            Study.iterations_done == iteration - 1,
-        )
-        .values(
-            pending_iteration=iteration,
-            pending_index=index,
-            pending_suggestion=suggestion,
-            pending_query_id=None,
-            updated_at=utcnow(),
-        )
+        .where(Study.id == study_id)
+        .values(pending_round=pending, updated_at=utcnow())
         .execution_options(synchronize_session=False)
     )
-    return bool(getattr(result, "rowcount", 0) == 1)
-
-
-def set_pending_query(session: Session, study_id: str, query_id: int, *, awaiting: bool) -> None:
-    values: dict[str, Any] = {"pending_query_id": query_id, "updated_at": utcnow()}
-    stmt = update(Study).where(Study.id == study_id)
-    session.execute(stmt.values(**values).execution_options(synchronize_session=False))
     if awaiting:
         set_status(session, study_id, "awaiting_measurement", only_if=("running",))
 
@@ -161,15 +143,32 @@ def set_pending_query(session: Session, study_id: str, query_id: int, *, awaitin
 # ------------------------------------------------------------------------------------------------- audit
 
 
-def observations(session: Session, study_id: str, *, after_seq: int = 0) -> list[tuple[int, float]]:
-    """(index, y) of every recorded query (with ``seq > after_seq``), in order: the state the GP is
-    rebuilt from."""
+def rounds(session: Session, study_id: str, *, after_round: int = 0) -> list[list[Answer]]:
+    """Every recorded round (with ``round > after_round``) as the strategy observed it, in order: the
+    state the strategy is rebuilt from."""
     rows = session.execute(
-        select(AuditEntry.row_index, AuditEntry.y)
-        .where(AuditEntry.study_id == study_id, AuditEntry.seq > after_seq)
+        select(AuditEntry.round, AuditEntry.row_index, AuditEntry.y, AuditEntry.details)
+        .where(AuditEntry.study_id == study_id, AuditEntry.round > after_round)
         .order_by(AuditEntry.seq)
     )
-    return [(int(i), float(y)) for i, y in rows]
+    out: list[list[Answer]] = []
+    current = None
+    for round_no, index, y, details in rows:
+        if round_no != current:
+            out.append([])
+            current = round_no
+        out[-1].append(Answer(RowRequest(int(index), details or {}), float(y)))  # kind "row": both set
+    return out
+
+
+def outcomes(session: Session, study_id: str) -> list[float]:
+    """Every recorded outcome y, in query order (for the progress plot)."""
+    rows = session.scalars(
+        select(AuditEntry.y)
+        .where(AuditEntry.study_id == study_id, AuditEntry.y.is_not(None))
+        .order_by(AuditEntry.seq)
+    )
+    return [float(y) for y in rows if y is not None]
 
 
 def audit_entries(session: Session, study_id: str) -> list[AuditEntry]:
@@ -182,25 +181,24 @@ def count_audit_entries(session: Session, study_id: str) -> int:
     return int(session.scalar(select(func.count()).where(AuditEntry.study_id == study_id)) or 0)
 
 
-_AUDIT = AuditEntry.__table__
-_STUDIES = Study.__table__
+_AUDIT = cast(Table, AuditEntry.__table__)
+_STUDIES = cast(Table, Study.__table__)
 #: Prebuilt hot-path statements (compiled once and cached; parameters bound per call).
 _INSERT_AUDIT = insert(_AUDIT)
 _ADVANCE_WHERE = (
     (_STUDIES.c.id == bindparam("b_id"))
-    & (_STUDIES.c.pending_iteration == bindparam("b_iteration"))
+    & (_STUDIES.c.rounds_done == bindparam("b_prev_round"))
     & (_STUDIES.c.iterations_done == bindparam("b_prev_done"))
     & (_STUDIES.c.audit_head == bindparam("b_prev_head"))
+    & _STUDIES.c.pending_round.is_not(None)
 )
 _ADVANCE_VALUES: dict[str, Any] = {
-    "iterations_done": bindparam("b_iteration"),
+    "iterations_done": bindparam("b_done"),
+    "rounds_done": bindparam("b_round"),
     "audit_head": bindparam("b_head"),
     "best_index": bindparam("b_best_index"),
     "best_y": bindparam("b_best_y"),
-    "pending_iteration": None,
-    "pending_index": None,
-    "pending_suggestion": null(),
-    "pending_query_id": None,
+    "pending_round": null(),
     "updated_at": bindparam("b_now", type_=_STUDIES.c.updated_at.type),
 }
 _ACTIVE = _STUDIES.c.status.in_(ACTIVE_STATUSES)
@@ -216,31 +214,35 @@ _ADVANCE_AND_SETTLE = (
 )
 
 
-def insert_audit_entry(session: Session, entry: AuditEntry) -> None:
-    """The only write to the audit table: an insert (entries are never updated or deleted)."""
-    values = {key: getattr(entry, key) for key in _AUDIT.columns.keys() if key != "id"}
-    session.execute(_INSERT_AUDIT, values)
+def insert_audit_entries(session: Session, entries: Sequence[AuditEntry]) -> None:
+    """The only write to the audit table: inserts (entries are never updated or deleted)."""
+    keys = [key for key in _AUDIT.columns.keys() if key != "id"]
+    session.execute(_INSERT_AUDIT, [{key: getattr(entry, key) for key in keys} for entry in entries])
 
 
 def advance_study(
     session: Session,
     study_id: str,
     *,
-    iteration: int,
+    round_no: int,
+    prev_done: int,
+    done: int,
     prev_head: str,
     head: str,
     best_index: int | None,
     best_y: float | None,
     settle_status: str | None,
 ) -> bool:
-    """Record iteration ``iteration`` on the study row, iff it is still the one in flight (one UPDATE).
+    """Record round ``round_no`` on the study row, iff it is still the one in flight (one UPDATE).
 
     With ``settle_status`` the run also ends (status ``done``/``ready``, unless no runner owned the study).
     """
     params: dict[str, Any] = {
         "b_id": study_id,
-        "b_iteration": iteration,
-        "b_prev_done": iteration - 1,
+        "b_prev_round": round_no - 1,
+        "b_round": round_no,
+        "b_prev_done": prev_done,
+        "b_done": done,
         "b_prev_head": prev_head,
         "b_head": head,
         "b_best_index": best_index,

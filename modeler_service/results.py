@@ -21,34 +21,32 @@ from modeler_service.schemas import (
 from modeler_service.service import get_study
 
 
+def _number(details: dict[str, Any], key: str) -> float | None:
+    value = details.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _entry_public(e: AuditEntry) -> AuditEntryPublic:
+    details = dict(e.details or {})
     return AuditEntryPublic(
         seq=e.seq,
         at=e.at,
-        iteration=e.iteration,
+        iteration=e.seq,
+        round=e.round,
+        request=e.request,
+        kind=e.kind,  # type: ignore[arg-type]
         index=e.row_index,
         y=e.y,
-        source=e.source,
-        acquisition=e.acquisition,
-        beta=e.beta,
-        mean=e.mean,
-        std=e.std,
-        hyperparameters={k: _float_back(v) for k, v in json.loads(e.hyperparameters).items()},
+        details=details,
+        acquisition=_number(details, "acquisition"),
+        beta=_number(details, "beta"),
+        mean=_number(details, "mean"),
+        std=_number(details, "std"),
         curator_query_id=e.curator_query_id,
+        hash_version=e.hash_version,
         prev_hash=e.prev_hash,
         hash=e.hash,
     )
-
-
-def _float_back(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_float_back(v) for v in value]
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def audit_log(session: Session, study_id: str) -> AuditLog:
@@ -60,23 +58,21 @@ def audit_log(session: Session, study_id: str) -> AuditLog:
 AUDIT_CSV_COLUMNS = [
     "seq",
     "at",
-    "iteration",
+    "round",
+    "request",
+    "kind",
     "index",
     "y",
-    "source",
-    "acquisition",
-    "beta",
-    "mean",
-    "std",
-    "hyperparameters",
+    "details",
     "curator_query_id",
+    "hash_version",
     "prev_hash",
     "hash",
 ]
 
 
 def audit_csv(session: Session, study_id: str) -> str:
-    """The audit log as CSV (floats in full precision, hyper-parameters as their canonical JSON)."""
+    """The audit log as CSV: floats in full precision, ``details`` as JSON with sorted keys (one column)."""
     get_study(session, study_id)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -86,16 +82,14 @@ def audit_csv(session: Session, study_id: str) -> str:
             [
                 e.seq,
                 e.at.isoformat(),
-                e.iteration,
-                e.row_index,
-                repr(e.y),
-                e.source,
-                repr(e.acquisition),
-                repr(e.beta),
-                repr(e.mean),
-                repr(e.std),
-                e.hyperparameters,
+                e.round,
+                e.request,
+                e.kind,
+                "" if e.row_index is None else e.row_index,
+                "" if e.y is None else repr(e.y),
+                json.dumps(e.details or {}, sort_keys=True, separators=(",", ":")),
                 e.curator_query_id,
+                e.hash_version,
                 e.prev_hash,
                 e.hash,
             ]
@@ -121,8 +115,7 @@ def plot_png(session: Session, study_id: str) -> bytes:
     from matplotlib.figure import Figure
 
     study = get_study(session, study_id)
-    obs = repo.observations(session, study_id)
-    y = np.array([v for _, v in obs], dtype=np.float64)
+    y = np.array(repo.outcomes(session, study_id), dtype=np.float64)
     it = np.arange(1, y.size + 1)
     fig = Figure(figsize=(6.4, 4.0), dpi=100)
     ax = fig.add_subplot()
@@ -132,9 +125,11 @@ def plot_png(session: Session, study_id: str) -> bytes:
         ax.legend(loc="lower right")
     else:
         ax.text(0.5, 0.5, "no observations yet", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("iteration")
+    ax.set_xlabel("query")
     ax.set_ylabel("y")
-    ax.set_title(f"study {study.id[:8]}: GP-UCB on release {study.release_id} (n={study.n}, r={study.r})")
+    ax.set_title(
+        f"study {study.id[:8]}: {study.strategy} on release {study.release_id} (n={study.n}, r={study.r})"
+    )
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out = io.BytesIO()

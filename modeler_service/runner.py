@@ -1,21 +1,22 @@
-"""Executes iterations (suggest -> curator query -> observe) and runs studies in the background.
+"""Executes rounds (plan -> curator requests -> observe) and runs studies in the background.
 
-One iteration, in four short transactions around the two slow parts (GP arithmetic and the curator)::
+One round, in short transactions around the two slow parts (the strategy's arithmetic and the curator)::
 
-    read study; if no intent: suggest (GP)            -- no lock held while the GP works
-    tx: write-ahead intent (iteration, row, numbers)   -- survives a crash
-    curator: POST /v1/releases/{id}/queries, Idempotency-Key = "<study id>:<iteration>"
-             (pending, a "manual" dataset: status awaiting_measurement, long-poll GET /v1/queries/{id}?wait=)
-    tx: audit entry + observation + counters, intent cleared   -- one transaction
-    observe (GP, in the cache)
+    read study; if no intent: plan the round (strategy)   -- no lock held while the strategy works
+    tx: write-ahead intent (round, requests, their numbers and Idempotency-Keys)   -- survives a crash
+    curator: POST /v1/releases/{id}/queries per request, Idempotency-Key = shared.protocol.keys.request_key
+             (a "manual" dataset: pending queries; the study is awaiting_measurement and long-polls
+             GET /v1/queries/{id}?wait= until every request of the round is measured, in any order)
+    tx: the round's audit entries + counters, intent cleared   -- one transaction
+    observe (strategy, in the cache)
 
-A crash anywhere is repaired by running the same iteration again: the intent gives the same row and the
-same key, so the curator returns the query it already made (never charged twice); an intent whose outcome
-was recorded no longer exists.
+A crash anywhere is repaired by running the same round again: the intent gives the same requests and the
+same keys, so the curator returns the queries it already made (never charged twice); an intent whose
+outcomes were recorded no longer exists.
 
-``RunnerRegistry`` runs a study's iterations in a thread of its own (the event loop never does GP math or
+``RunnerRegistry`` runs a study's rounds in a thread of its own (the event loop never does arithmetic or
 blocking HTTP); the database status, claimed with one conditional UPDATE, guarantees one runner per study.
-When the curator is unreachable or overloaded the runner waits and tries the same iteration again
+When the curator is unreachable or overloaded the runner waits and tries the same round again
 (``waiting_for_curator``, ``modeler_service.retry``); only permanent errors fail the study.
 """
 
@@ -27,14 +28,14 @@ import time
 from datetime import timedelta
 
 from modeler_service import repository as repo
-from modeler_service import service
+from modeler_service import rounds, service
 from modeler_service.context import Context, upstream
 from modeler_service.db import transaction
 from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
-from modeler_service.models import utcnow
+from modeler_service.models import Study, utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
+from modeler_service.rounds import PlannedRequest, RoundIntent
 from modeler_service.schemas import StepResult, StepTimings
-from modeler_service.service import Intent
 from shared.errors import PoboError
 from shared.protocol.client import CuratorError
 from shared.protocol.schemas import QueryPublic
@@ -43,7 +44,7 @@ log = logging.getLogger("pobo.modeler.runner")
 
 
 class Stepper:
-    """Runs one iteration of a study that the caller has claimed (status ``running``)."""
+    """Runs one round of a study that the caller has claimed (status ``running``)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -57,114 +58,158 @@ class Stepper:
         claim: bool = False,
         settle_at: int | None = None,
     ) -> StepResult | None:
-        """One iteration. ``wait``: long-poll a pending (manual) query until complete; else return it pending.
+        """One round. ``wait``: long-poll pending (manual) queries until all are complete; else return them
+        pending.
 
-        ``claim``: first claim the study for this one step (``POST .../step``; 409 if a runner owns it), in
-        the same transaction that writes the intent. ``settle_at``: when the recorded iteration reaches it,
-        the study becomes ``done``/``ready`` in the same transaction as the observation. Returns None only
-        when ``stop`` was set while waiting for a measurement.
+        ``claim``: first claim the study for this one round (``POST .../step``; 409 if a runner owns it), in
+        the same transaction that writes the intent. ``settle_at``: the run's target number of queries; a
+        round plans at most that many minus those done, and when the recorded queries reach it, the study
+        becomes ``done``/``ready`` in the same transaction. Returns None only when ``stop`` was set while
+        waiting for a measurement.
         """
         ctx = self.ctx
         t_start = time.perf_counter()
-        gp_s = 0.0
-        proposal: Intent | None = None
-        # The GP arithmetic runs before the write transaction, so that no other study waits for it (on
-        # SQLite the write lock is one for the whole database); a cache rebuild after a restart may take
-        # seconds of refits.
+        plan_s = 0.0
+        proposal: RoundIntent | None = None
+        # The strategy plans before the write transaction, so that no other study waits for it (on SQLite
+        # the write lock is one for the whole database); a cache rebuild after a restart may take seconds.
         with transaction(ctx.db, write=False) as session:
             study = service.get_study(session, study_id)
-            if Intent.of(study) is None and study.iterations_done < study.iterations_total:
+            if RoundIntent.of(study) is None and study.iterations_done < study.iterations_total:
                 t0 = time.perf_counter()
-                proposal = service.suggest(session, ctx, study)
-                gp_s += time.perf_counter() - t0
+                proposal = rounds.plan_round(session, ctx, study, budget=_budget(study, settle_at, claim))
+                plan_s += time.perf_counter() - t0
         with transaction(ctx.db) as session:
             study = service.claim_step(session, study_id) if claim else service.get_study(session, study_id)
-            intent = Intent.of(study)
+            intent = RoundIntent.of(study)
             if intent is None:
                 if study.iterations_done >= study.iterations_total:
                     raise Conflict(
                         f"study {study_id} is done: all {study.iterations_total} iterations are used"
                     )
-                if proposal is None or proposal.iteration != study.iterations_done + 1:
-                    t0 = time.perf_counter()  # the study moved since it was read: choose again
-                    proposal = service.suggest(session, ctx, study)
-                    gp_s += time.perf_counter() - t0
+                budget = _budget(study, settle_at, claim)
+                if (
+                    proposal is None
+                    or proposal.round != study.rounds_done + 1
+                    or len(proposal.requests) > budget
+                ):
+                    t0 = time.perf_counter()  # the study moved since it was read: plan again
+                    proposal = rounds.plan_round(session, ctx, study, budget=budget)
+                    plan_s += time.perf_counter() - t0
                 intent = proposal
-                service.save_intent(session, study, intent)
+                target = study.iterations_done + len(intent.requests) if claim else None
+                rounds.save_intent(session, study, intent, run_target=target)
 
         t_curator = time.perf_counter()
-        db_s = t_curator - t_start - gp_s  # the claim/intent transaction (and a cache warm-up, if any)
+        db_s = t_curator - t_start - plan_s  # the claim/intent transaction (and a cache warm-up, if any)
         client = ctx.client(study)
-        what = f"study {study_id} iteration {intent.iteration}"
+        what = f"study {study_id} round {intent.round}"
+        queries: list[QueryPublic] = []
         try:
-            if intent.query_id is not None:
-                query = client.get_query(intent.query_id)
-            else:
-                key = service.idempotency_key(study_id, intent.iteration)
-                query = client.create_query(study.release_id, intent.index, idempotency_key=key)
+            for req in intent.requests:
+                if req.query_id is not None:
+                    query = client.get_query(req.query_id)
+                else:
+                    assert req.index is not None  # a row request always names its row
+                    query = client.create_query(study.release_id, req.index, idempotency_key=req.key)
+                self._check(study.release_id, req, query, what)
+                queries.append(query)
         except CuratorError as exc:
             raise upstream(exc, what) from exc
-        self._check(study.release_id, intent, query, what)
-        if query.status != "complete":
+        if any(q.status != "complete" for q in queries) or any(r.query_id is None for r in intent.requests):
+            intent = intent.with_query_ids(queries)
+            awaiting = any(q.status != "complete" for q in queries)
             with transaction(ctx.db) as session:
-                repo.set_pending_query(session, study_id, query.id, awaiting=True)
+                repo.set_pending_round(session, study_id, intent.to_json(), awaiting=awaiting)
+        if any(q.status != "complete" for q in queries):
             if not wait:
-                return self._result(intent, query, gp_s, time.perf_counter() - t_curator, db_s, t_start)
-            log.info("%s: awaiting the curator's measurement of query %d", what, query.id)
-            while query.status != "complete":
-                if stop is not None and stop.is_set():
-                    return None
-                try:
-                    query = client.get_query(query.id, wait=ctx.settings.poll_seconds)
-                except CuratorError as exc:
+                return self._result(
+                    intent, study, queries, plan_s, time.perf_counter() - t_curator, db_s, t_start
+                )
+            log.info(
+                "%s: awaiting the curator's measurement of %d queries",
+                what,
+                sum(q.status != "complete" for q in queries),
+            )
+            for j, query in enumerate(queries):
+                while query.status != "complete":
                     if stop is not None and stop.is_set():
                         return None
-                    raise upstream(exc, what) from exc
+                    try:
+                        query = client.get_query(query.id, wait=ctx.settings.poll_seconds)
+                    except CuratorError as exc:
+                        if stop is not None and stop.is_set():
+                            return None
+                        raise upstream(exc, what) from exc
+                queries[j] = query
             with transaction(ctx.db) as session:
                 repo.set_status(session, study_id, "running", only_if=("awaiting_measurement",))
         curator_s = time.perf_counter() - t_curator
 
         t0 = time.perf_counter()
         with transaction(ctx.db) as session:
-            entry = service.record_outcome(session, study, intent, query, settle_at=settle_at)
+            rounds.record_round(session, study, intent, queries, settle_at=settle_at)
         t1 = time.perf_counter()
-        service.observe_cached(ctx, study_id, entry)
-        gp_s += time.perf_counter() - t1
+        rounds.observe_cached(ctx, study_id, intent, queries)
+        plan_s += time.perf_counter() - t1
         db_s += t1 - t0
-        return self._result(intent, query, gp_s, curator_s, db_s, t_start)
+        return self._result(intent, study, queries, plan_s, curator_s, db_s, t_start)
 
     @staticmethod
-    def _check(release_id: int, intent: Intent, query: QueryPublic, what: str) -> None:
-        if query.index != intent.index or query.release_id != release_id:
+    def _check(release_id: int, req: PlannedRequest, query: QueryPublic, what: str) -> None:
+        if query.index != req.index or query.release_id != release_id:
             raise UpstreamError(
                 f"{what}: the curator answered query {query.id} for release {query.release_id} row "
-                f"{query.index}, but row {intent.index} of release {release_id} was asked (a reused "
+                f"{query.index}, but row {req.index} of release {release_id} was asked (a reused "
                 "Idempotency-Key?)"
             )
 
     @staticmethod
     def _result(
-        intent: Intent, query: QueryPublic, gp_s: float, curator_s: float, db_s: float, t_start: float
+        intent: RoundIntent,
+        study: Study,
+        queries: list[QueryPublic],
+        plan_s: float,
+        curator_s: float,
+        db_s: float,
+        t_start: float,
     ) -> StepResult:
-        s = intent.suggestion
+        public = [req.public(q) for req, q in zip(intent.requests, queries, strict=True)]
+        complete = all(q.status == "complete" for q in public)
+        single = public[0] if len(public) == 1 else None
+        details = single.details if single is not None else {}
         return StepResult(
-            iteration=intent.iteration,
-            index=intent.index,
-            status="complete" if query.status == "complete" else "pending",
-            y=query.y if query.status == "complete" else None,
-            acquisition=float(s["acquisition"]),
-            beta=float(s["beta"]),
-            mean=float(s["mean"]),
-            std=float(s["std"]),
-            source=s["source"],
-            curator_query_id=query.id,
+            round=intent.round,
+            queries=public,
+            status="complete" if complete else "pending",
+            iteration=study.iterations_done + len(public),
+            index=single.index if single is not None else None,
+            y=single.y if single is not None else None,
+            acquisition=_number(details.get("acquisition")),
+            beta=_number(details.get("beta")),
+            mean=_number(details.get("mean")),
+            std=_number(details.get("std")),
+            source=str(details["source"]) if "source" in details else None,
+            curator_query_id=single.curator_query_id if single is not None else None,
             timings=StepTimings(
-                gp_ms=gp_s * 1e3,
+                gp_ms=plan_s * 1e3,
                 curator_ms=curator_s * 1e3,
                 db_ms=db_s * 1e3,
                 total_ms=(time.perf_counter() - t_start) * 1e3,
             ),
         )
+
+
+def _budget(study: Study, settle_at: int | None, claim: bool) -> int:
+    """How many requests the next round may have: up to the run's target (a step: the whole budget left)."""
+    limit = study.iterations_total
+    if not claim and settle_at is not None and settle_at > 0:
+        limit = min(limit, settle_at)
+    return max(1, limit - study.iterations_done)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class RunnerRegistry:
@@ -204,7 +249,7 @@ class RunnerRegistry:
                 if study.status not in repo.ACTIVE_STATUSES:
                     return
                 target = min(study.run_target or study.iterations_total, study.iterations_total)
-                if study.iterations_done >= target and study.pending_iteration is None:
+                if study.iterations_done >= target and study.pending_round is None:
                     with transaction(ctx.db) as session:
                         service.settle(session, study_id)
                     log.info("study %s: run finished at iteration %d", study_id, study.iterations_done)

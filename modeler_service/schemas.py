@@ -7,29 +7,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from shared.bo.strategies import REGISTRY
 from shared.protocol.schemas import Request
 
 StudyStatus = Literal["ready", "running", "awaiting_measurement", "waiting_for_curator", "done", "failed"]
-StrategyName = Literal["gp-ucb"]
+StrategyName = Literal.__getitem__(tuple(sorted(REGISTRY)))
+
+#: API v1 named these parameters at the top level of a study (they were GP-UCB's); they remain shorthands
+#: for the ``strategy_params`` key of the same name, for the strategies that take it.
+TOP_LEVEL_PARAMS = ("delta_prime", "hyperparameters", "initial_points", "exclude_queried")
 
 
 class FixedHyperparameters(Request):
-    """Fixed squared-exponential kernel hyper-parameters (in the units of the released Z)."""
+    """Fixed kernel hyper-parameters (API v1 shorthand; validated by the strategy)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [{"lengthscale": 1.5, "signal_variance": 1.0, "noise_variance": 1e-4}],
-        },
-    )
-
-    lengthscale: float = Field(gt=0, allow_inf_nan=False, description="Kernel lengthscale l > 0.")
-    signal_variance: float = Field(gt=0, allow_inf_nan=False, description="Signal variance s2 > 0.")
-    noise_variance: float = Field(gt=0, allow_inf_nan=False, description="Observation noise variance > 0.")
+    lengthscale: float = Field(gt=0, allow_inf_nan=False)
+    signal_variance: float = Field(gt=0, allow_inf_nan=False)
+    noise_variance: float = Field(gt=0, allow_inf_nan=False)
 
 
 class StudyCreate(Request):
-    """A GP-UCB study over a curator release (PO-GP-UCB, Alg. 2)."""
+    """A study over a curator release, run by a strategy of the registry (``GET /v1/strategies``)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -41,10 +39,16 @@ class StudyCreate(Request):
                     "curator_token": "<partner token from the curator>",
                     "strategy": "gp-ucb",
                     "iterations": 50,
-                    "delta_prime": 0.05,
-                    "hyperparameters": "mle",
-                    "initial_points": 1,
-                }
+                    "strategy_params": {"delta_prime": 0.05, "hyperparameters": "mle", "initial_points": 1},
+                },
+                {
+                    "curator_url": "http://127.0.0.1:8001",
+                    "release_id": 1,
+                    "curator_token": "<partner token from the curator>",
+                    "strategy": "gp-bucb",
+                    "iterations": 50,
+                    "strategy_params": {"batch_size": 5},
+                },
             ]
         },
     )
@@ -71,24 +75,59 @@ class StudyCreate(Request):
             raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
         return value
 
-    strategy: StrategyName = Field(default="gp-ucb", description="Optimisation strategy.")
-    iterations: int = Field(ge=1, le=100_000, description="Query budget of the study (curator queries).")
-    delta_prime: float = Field(default=0.05, gt=0, lt=1, description="GP-UCB confidence parameter delta'.")
-    hyperparameters: Literal["mle"] | FixedHyperparameters = Field(
-        default="mle", description='"mle" (refitted by maximum likelihood on a schedule) or fixed values.'
+    strategy: StrategyName = Field(  # type: ignore[valid-type]
+        default="gp-ucb", description="A strategy of the registry (GET /v1/strategies)."
     )
-    initial_points: int = Field(
-        default=1, ge=1, le=10_000, description="Random rows queried first (they count as iterations)."
+    strategy_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The strategy's parameters, validated against its JSON schema (GET /v1/strategies); "
+        "an unknown key or a bad value is a 422 that lists what the strategy accepts.",
+    )
+    iterations: int = Field(ge=1, le=100_000, description="Query budget of the study (curator queries).")
+    delta_prime: float | None = Field(
+        default=None, description="Shorthand for strategy_params.delta_prime (API v1)."
+    )
+    hyperparameters: Literal["mle"] | FixedHyperparameters | None = Field(
+        default=None, description="Shorthand for strategy_params.hyperparameters (API v1)."
+    )
+    initial_points: int | None = Field(
+        default=None, description="Shorthand for strategy_params.initial_points (API v1)."
+    )
+    exclude_queried: bool | None = Field(
+        default=None, description="Shorthand for strategy_params.exclude_queried (API v1)."
     )
     seed: int | None = Field(
         default=None,
         ge=0,
         le=2**63 - 1,
-        description="For benchmarks and tests only: seed of the modeler's own random initial rows "
-        "(reproducibility). Leave unset in real studies (default: fresh OS entropy). Stored by the modeler, "
-        "never sent to the curator, never shown; it has no effect on the curator's release or noise.",
+        description="For benchmarks and tests only: seed of the modeler's own random choices (the "
+        "strategy's random first rows, the random strategy's draws). Leave unset in real studies (default: "
+        "fresh OS entropy). Stored by the modeler, never sent to the curator, never shown; it has no effect "
+        "on the curator's release or noise.",
     )
-    exclude_queried: bool = Field(default=True, description="Never suggest a row twice.")
+
+    def merged_params(self) -> dict[str, Any]:
+        """``strategy_params`` with the top-level shorthands folded in (both given: a 422)."""
+        params = dict(self.strategy_params)
+        for key in TOP_LEVEL_PARAMS:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if key in params:
+                raise ValueError(f"{key} is given both at the top level and in strategy_params: give it once")
+            params[key] = value.model_dump() if isinstance(value, BaseModel) else value
+        return params
+
+
+class StrategyInfo(BaseModel):
+    name: str
+    description: str
+    kinds: list[str] = Field(description='The request kinds it sends: "row" (a row\'s outcome by index).')
+    params_schema: dict[str, Any] = Field(description="JSON schema of its strategy_params.")
+
+
+class StrategiesPublic(BaseModel):
+    strategies: list[StrategyInfo]
 
 
 class BestPoint(BaseModel):
@@ -113,9 +152,26 @@ class ReleaseInfo(BaseModel):
 
 
 class PendingQuery(BaseModel):
-    iteration: int
+    iteration: int = Field(description="The query number (seq) this request will have in the audit log.")
     index: int
     curator_query_id: int | None
+
+
+class RoundQuery(BaseModel):
+    """One request of a round and its answer so far."""
+
+    request: int = Field(description="Position within the round, 0-based.")
+    kind: Literal["row", "gradient"]
+    index: int | None
+    status: Literal["complete", "pending", "not_sent"]
+    y: float | None
+    curator_query_id: int | None
+    details: dict[str, Any] = Field(description="The strategy's numbers that chose this request.")
+
+
+class PendingRound(BaseModel):
+    round: int
+    queries: list[RoundQuery]
 
 
 class StudyPublic(BaseModel):
@@ -125,16 +181,15 @@ class StudyPublic(BaseModel):
     curator_url: str
     n: int
     r: int
-    strategy: StrategyName
+    strategy: str
+    strategy_params: dict[str, Any]
     iterations_total: int
     iterations_done: int
+    rounds_done: int
     run_target: int | None = Field(description="iterations_done at which the current run stops.")
-    delta_prime: float
-    hyperparameters: Literal["mle"] | FixedHyperparameters
-    initial_points: int
-    exclude_queried: bool
     best: BestPoint | None
-    pending: PendingQuery | None = Field(description="The iteration in flight, if any.")
+    pending: PendingQuery | None = Field(description="The first unanswered request of the round in flight.")
+    pending_round: PendingRound | None = Field(description="The round in flight, if any.")
     error: str | None = Field(
         description="failed: why (and what to do); waiting_for_curator: the last transient error."
     )
@@ -157,23 +212,29 @@ class StudiesPublic(BaseModel):
 class StepTimings(BaseModel):
     """Server-side time of one step, in milliseconds (the GP arithmetic apart from the rest)."""
 
-    gp_ms: float = Field(description="suggest + observe (GP posterior, UCB, hyper-parameter refits).")
+    gp_ms: float = Field(description="The strategy's arithmetic: plan + observe (posteriors, refits).")
     curator_ms: float = Field(description="The curator query round trip(s).")
     db_ms: float = Field(description="The modeler's own database transactions (intent, audit entry).")
     total_ms: float
 
 
 class StepResult(BaseModel):
-    iteration: int
-    index: int
-    status: Literal["complete", "pending"]
+    """One round. A one-request round also fills the per-query fields of API v1 (``iteration``, ``index``,
+    ``y`` and the strategy's ``acquisition``, ``beta``, ``mean``, ``std``, ``source`` when it reports them);
+    with several requests they are null and ``queries`` has each one."""
+
+    round: int
+    queries: list[RoundQuery]
+    status: Literal["complete", "pending"] = Field(description="complete when every request is answered.")
+    iteration: int = Field(description="The query number (seq) of the round's last request.")
+    index: int | None
     y: float | None
-    acquisition: float
-    beta: float
-    mean: float
-    std: float
-    source: Literal["initial", "gp-ucb"]
-    curator_query_id: int
+    acquisition: float | None = None
+    beta: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    source: str | None = None
+    curator_query_id: int | None
     timings: StepTimings
 
 
@@ -198,16 +259,19 @@ class RunAccepted(BaseModel):
 class AuditEntryPublic(BaseModel):
     seq: int
     at: datetime
-    iteration: int
-    index: int
-    y: float
-    source: str
-    acquisition: float
-    beta: float
-    mean: float
-    std: float
-    hyperparameters: dict[str, Any]
+    iteration: int = Field(description="Same as seq (API v1).")
+    round: int
+    request: int
+    kind: Literal["row", "gradient"]
+    index: int | None
+    y: float | None
+    details: dict[str, Any]
+    acquisition: float | None = Field(default=None, description="details.acquisition, if reported.")
+    beta: float | None = Field(default=None, description="details.beta, if reported.")
+    mean: float | None = Field(default=None, description="details.mean, if reported.")
+    std: float | None = Field(default=None, description="details.std, if reported.")
     curator_query_id: int
+    hash_version: int
     prev_hash: str
     hash: str
 

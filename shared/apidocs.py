@@ -44,8 +44,9 @@ other over plain HTTPS/REST:
   a hospital's data team. It keeps the patient rows, turns them into differentially private *releases*,
   hands out partner tokens and answers "what is the outcome of row *i*?" queries;
 * the **modeler** service (default address `http://127.0.0.1:8002`) runs at the party doing the modelling,
-  for example a consultancy. It downloads a release it was granted and runs a GP-UCB *study* over it,
-  asking the curator for one outcome at a time and keeping a hash-chained audit log of every question.
+  for example a consultancy. It downloads a release it was granted and runs a *study* over it with a
+  strategy of its registry (GP-UCB, batch GP-UCB, random, ...), in rounds of one or more questions to the
+  curator, keeping a hash-chained audit log of every question.
 
 Both listen on the loopback address unless configured otherwise; put them behind TLS (or serve TLS
 directly) before exposing them to another organisation. For a step-by-step session with `curl`, see
@@ -94,7 +95,23 @@ back.
 logical query. Sending the same key again (a retry after a timeout, even a concurrent one) returns the
 query already on record and never charges the quota twice; such a replayed answer carries the header
 `Idempotent-Replayed: true`. Reusing a key for a different release or row index is a `409`. The modeler
-sends one key per study iteration, so an iteration retried or resumed after a crash is never charged twice.
+sends one key per request of a round (`<study>:<round>` for the first request of a round,
+`<study>:<round>.<j>` for the others), so a round retried or resumed after a crash is never charged twice.
+
+## Strategies and rounds
+
+A study names a `strategy` from the modeler's registry (`GET /v1/strategies` lists each with a description
+and the JSON schema of its parameters) and passes its parameters as `strategy_params`; unknown keys or bad
+values are a `422` that lists what the strategy accepts. The top-level fields `delta_prime`,
+`hyperparameters`, `initial_points` and `exclude_queried` of the first API version remain shorthands for
+the `strategy_params` keys of the same names. A study runs in *rounds*: the strategy plans one or more
+requests (today: the outcome of a row, by index), the modeler records the whole round before sending its
+first request, and records the answers once every request of the round is answered (for a `manual`
+dataset, once every sample is measured, in any order). `POST /v1/studies/{study_id}/step` runs one round;
+its answer has `round` and `queries`, and a one-request round also fills the per-query fields `iteration`,
+`index`, `y`, `acquisition`, `beta`, `mean`, `std`. Audit entries carry `round`, `request`, `kind` and the
+strategy's `details`; `iterations` and `iterations_done` count curator queries, `rounds_done` rounds. The
+parameters of each strategy are listed under [Strategy parameters](#strategy-parameters).
 
 ## Privacy fields
 
@@ -368,14 +385,34 @@ class Renderer:
         return lines
 
 
+def strategies_section() -> list[str]:
+    """Every strategy of the registry: its description and its parameters (from their JSON schemas)."""
+    from shared.bo.strategies import catalogue
+
+    lines = ['<a id="strategy-parameters"></a>', "", "## Strategy parameters", ""]
+    for entry in catalogue():
+        schema: JSON = entry["params_schema"]
+        key = f"strategy-{_slug(entry['name'])}"
+        renderer = Renderer(
+            Service(key, entry["name"], "", {"components": {"schemas": schema.get("$defs", {})}})
+        )
+        lines += [f"### `{entry['name']}`", "", _text(entry["description"]), ""]
+        lines += renderer.fields(schema)
+        for name in sorted(renderer.nested):
+            lines += [f'<a id="{renderer.anchor(name)}"></a>', "", f"`{name}`:", ""]
+            lines += renderer.fields(renderer.schemas[name])
+    return lines
+
+
 def generate(services: list[Service] | None = None) -> str:
     """The whole Markdown document."""
     services = services if services is not None else openapi_documents()
     lines = [PREAMBLE.rstrip("\n"), "", "## Reference", ""]
     lines += [f"* [{s.name} service](#{s.key}) (`{s.address}`)" for s in services]
-    lines.append("")
+    lines += ["* [Strategy parameters](#strategy-parameters)", ""]
     for service in services:
         lines += Renderer(service).render()
+    lines += strategies_section()
     text = "\n".join(lines)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 

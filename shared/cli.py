@@ -68,11 +68,46 @@ def bench_synthetic(
         int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
     ] = 0,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    strategies: Annotated[
+        str | None,
+        typer.Option(
+            help="Compare registry strategies instead (comma-separated, e.g. gp-ucb,gp-bucb,random): simple "
+            "regret by query and by round."
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=1000, help="gp-bucb's batch size k (with --strategies).")
+    ] = 5,
+    queries: Annotated[
+        int, typer.Option(min=1, help="Queries per study, initial row included (with --strategies).")
+    ] = 50,
 ) -> None:
-    """The paper's synthetic GP experiment (Fig. 2a, Tables 1-3) in `transfer` and `mle` modes."""
+    """The paper's synthetic GP experiment (Fig. 2a, Tables 1-3) in `transfer` and `mle` modes; with
+    --strategies, the modeler's registry strategies compared on the same functions."""
     from shared.bench.synthetic import main as run
 
-    run(runs=runs, json_path=json_path, plot_path=plot, quick=quick, seed=seed, workers=workers)
+    names = None
+    if strategies is not None:
+        from shared.bo.strategies import REGISTRY
+
+        names = [s.strip() for s in strategies.split(",") if s.strip()]
+        unknown = [s for s in names if s not in REGISTRY]
+        if unknown or not names:
+            raise typer.BadParameter(
+                f"unknown strategy {unknown}: the registry has {', '.join(sorted(REGISTRY))}",
+                param_hint="--strategies",
+            )
+    run(
+        runs=runs,
+        json_path=json_path,
+        plot_path=plot,
+        quick=quick,
+        seed=seed,
+        workers=workers,
+        strategies=names,
+        batch_size=batch_size,
+        queries=queries,
+    )
 
 
 @bench_app.command("perf")
@@ -313,12 +348,12 @@ def reconcile_cmd(
     table = Table(
         title=f"study {report.study_id} (release {report.release_id}): {len(report.mismatches)} mismatch(es)"
     )
-    for column in ("query id", "iteration", "mismatch", "curator", "modeler"):
+    for column in ("query id", "round", "mismatch", "curator", "modeler"):
         table.add_column(column)
     for m in report.mismatches:
         table.add_row(
             "-" if m.query_id is None else str(m.query_id),
-            "-" if m.iteration is None else str(m.iteration),
+            m.at or "-",
             m.kind,
             m.curator,
             m.modeler,

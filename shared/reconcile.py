@@ -2,8 +2,9 @@
 
 Both logs are hash chains (the modeler's per study, the curator's per release); each side's chain is
 verified by its own service, then the entries are matched by curator query id. The study's queries on the
-curator are those whose ``Idempotency-Key`` is ``<study id>:<iteration>`` (the key the modeler sends), so
-other studies on the same release do not count as mismatches. Every difference is listed: a query only one
+curator are those whose ``Idempotency-Key`` is one the modeler makes for this study
+(``shared.protocol.keys.request_key``: round and request), so other studies on the same release do not count
+as mismatches. Every difference is listed: a query only one
 side knows, a different row index, a different outcome y, a query not complete on the curator.
 """
 
@@ -18,6 +19,7 @@ import httpx
 
 from shared.errors import PoboError
 from shared.protocol.client import CuratorClient
+from shared.protocol.keys import parse_request_key
 from shared.servicekit.tls import client_ssl_context
 
 __all__ = ["Mismatch", "ModelerError", "ReconcileReport", "reconcile"]
@@ -30,7 +32,7 @@ class ModelerError(PoboError):
 @dataclass(frozen=True)
 class Mismatch:
     query_id: int | None
-    iteration: int | None
+    at: str | None  # "round k" or "round k request j"
     kind: str
     curator: str
     modeler: str
@@ -81,8 +83,7 @@ def reconcile(
     with CuratorClient(curator_url, curator_token, verify=verify) as curator:
         queries = curator.list_queries(release_id).queries
         curator_verify = curator.verify_queries(release_id)
-    prefix = f"{study_id}:"
-    ours = {q.id: q for q in queries if (q.idempotency_key or "").startswith(prefix)}
+    ours = {q.id: q for q in queries if parse_request_key(q.idempotency_key, study_id) is not None}
     report = ReconcileReport(
         study_id=study_id,
         release_id=release_id,
@@ -109,7 +110,8 @@ def reconcile(
         )
     seen: set[int] = set()
     for entry in audit:
-        qid, iteration = int(entry["curator_query_id"]), int(entry["iteration"])
+        qid = int(entry["curator_query_id"])
+        iteration = _where(int(entry.get("round", entry["iteration"])), int(entry.get("request", 0)))
         seen.add(qid)
         q = ours.get(qid)
         here = f"index {entry['index']}, y {entry['y']!r}"
@@ -125,17 +127,15 @@ def reconcile(
             report.mismatches.append(Mismatch(qid, iteration, "outcome y differs", there, here))
     for qid, q in ours.items():
         if qid not in seen and q.status == "complete":
-            at = _iteration(q.idempotency_key, prefix)
+            parsed = parse_request_key(q.idempotency_key, study_id)
+            at = _where(*parsed) if parsed else None
             there = f"index {q.index}, y {q.y!r}, {q.status}"
             report.mismatches.append(Mismatch(qid, at, "only in the curator's log", there, "-"))
     return report
 
 
-def _iteration(key: str | None, prefix: str) -> int | None:
-    try:
-        return int((key or "")[len(prefix) :])
-    except ValueError:
-        return None
+def _where(round_no: int, request: int) -> str:
+    return f"round {round_no}" if request == 0 else f"round {round_no} request {request}"
 
 
 def _get(modeler: httpx.Client, path: str) -> Any:

@@ -164,6 +164,14 @@ class GaussianProcess:
         out: FloatArray = self.hp.signal_variance * np.exp(-0.5 * sq)
         return out
 
+    def kernel_rows(self, indices: npt.ArrayLike) -> FloatArray:
+        """k(Z_p, Z) [p, n] for the rows ``indices`` in O(p n r) (vectorised ``kernel_row``)."""
+        idx = np.atleast_1d(np.asarray(indices, dtype=np.int64))
+        sq = self._sqnorm[None, :] + self._sqnorm[idx, None] - 2.0 * (self._scaled[idx] @ self._scaled.T)
+        np.maximum(sq, 0.0, out=sq)
+        out: FloatArray = self.hp.signal_variance * np.exp(-0.5 * sq)
+        return out
+
     # -- updates ---------------------------------------------------------------------------------------
     def add(self, index: int, y: float) -> None:
         """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r))."""
@@ -231,6 +239,23 @@ class GaussianProcess:
         m = self.m
         out: FloatArray = self._p + m * (1.0 - self._q) if m else self._p.copy()
         return out
+
+    def variance(self) -> FloatArray:
+        """Posterior variance of f at every candidate [n], clipped at 0 (GPML Alg. 2.1 line 6)."""
+        out: FloatArray = np.maximum(self._var, 0.0)
+        return out
+
+    def covariance_rows(self, indices: npt.ArrayLike) -> FloatArray:
+        """Posterior covariance ``k_t(Z_p, Z) = k(Z_p, Z) - A[:, p]^T A`` [p, n] (GPML eq. 2.24 with
+        ``v = L^{-1} k``, Alg. 2.1 line 5), from the stored factor A: O(p n (t + r)), no refactorisation."""
+        idx = np.atleast_1d(np.asarray(indices, dtype=np.int64))
+        if idx.size and not (0 <= int(idx.min()) and int(idx.max()) < self.n):
+            raise InputDataError(f"indices must be in [0, {self.n - 1}]")
+        K = self.kernel_rows(idx)
+        if self.t:
+            A = self._A[: self.t]
+            K -= A[:, idx].T @ A
+        return K
 
     def std(self) -> FloatArray:
         """Posterior standard deviation of f at every candidate [n] (GPML Alg. 2.1 line 6)."""

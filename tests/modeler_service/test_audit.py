@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import time
 from typing import Any
 
@@ -13,9 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from modeler_service.audit import canonical_json
+from modeler_service.audit import entry_payload
 from modeler_service.config import Settings
 from modeler_service.models import GENESIS_HASH, AuditEntry
+from shared.servicekit.hashchain import canonical_json
 from tests.modeler_service.conftest import study_body
 
 
@@ -51,6 +51,10 @@ def test_audit_log_fields_and_chain(client: TestClient, study: dict[str, Any]) -
         "seq",
         "at",
         "iteration",
+        "round",
+        "request",
+        "kind",
+        "details",
         "index",
         "y",
         "acquisition",
@@ -60,11 +64,12 @@ def test_audit_log_fields_and_chain(client: TestClient, study: dict[str, Any]) -
         "curator_query_id",
         "prev_hash",
         "hash",
-        "hyperparameters",
     } <= set(entries[0])
     assert entries[0]["prev_hash"] == GENESIS_HASH
-    assert [e["source"] for e in entries] == ["initial", "initial"] + ["gp-ucb"] * 4
-    assert entries[0]["hyperparameters"] == {
+    assert [(e["round"], e["request"], e["kind"]) for e in entries] == [(k, 0, "row") for k in range(1, 7)]
+    assert [e["details"]["source"] for e in entries] == ["initial", "initial"] + ["gp-ucb"] * 4
+    assert all(e["acquisition"] == e["details"]["acquisition"] for e in entries)
+    assert entries[0]["details"]["hyperparameters"] == {
         "lengthscale": 1.0,
         "signal_variance": 1.0,
         "noise_variance": 1e-4,
@@ -77,20 +82,17 @@ def test_audit_log_fields_and_chain(client: TestClient, study: dict[str, Any]) -
         study_id=study["id"],
         seq=e["seq"],
         at=_parse(e["at"]),
-        iteration=e["iteration"],
+        round=e["round"],
+        request=e["request"],
+        kind=e["kind"],
         row_index=e["index"],
         y=e["y"],
-        source=e["source"],
-        acquisition=e["acquisition"],
-        beta=e["beta"],
-        mean=e["mean"],
-        std=e["std"],
-        hyperparameters=json.dumps(
-            {k: repr(v) for k, v in e["hyperparameters"].items()}, sort_keys=True, separators=(",", ":")
-        ),
+        details=e["details"],
         curator_query_id=e["curator_query_id"],
+        hash_version=e["hash_version"],
     )
-    assert hashlib.sha256((e["prev_hash"] + canonical_json(row)).encode()).hexdigest() == e["hash"]
+    payload = canonical_json(entry_payload(row))
+    assert hashlib.sha256((e["prev_hash"] + payload).encode()).hexdigest() == e["hash"]
     assert verify(client, study) == {"ok": True, "entries": 6, "first_bad_seq": None}
 
 
@@ -135,9 +137,22 @@ def test_edited_entry_with_recomputed_hash_is_detected(
     with Session(engine) as session, session.begin():
         entry = session.query(AuditEntry).filter_by(study_id=study["id"], seq=2).one()
         entry.y = entry.y + 1.0
-        entry.hash = hashlib.sha256((entry.prev_hash + canonical_json(entry)).encode()).hexdigest()
+        payload = canonical_json(entry_payload(entry))
+        entry.hash = hashlib.sha256((entry.prev_hash + payload).encode()).hexdigest()
     engine.dispose()
     assert verify(client, study)["first_bad_seq"] == 3
+
+
+def test_edited_details_are_detected(client: TestClient, settings: Settings, study: dict[str, Any]) -> None:
+    """The strategy's numbers are covered by the hash: a changed acquisition value breaks the chain."""
+    engine = create_engine(settings.resolved_database_url())
+    from sqlalchemy.orm import Session
+
+    with Session(engine) as session, session.begin():
+        entry = session.query(AuditEntry).filter_by(study_id=study["id"], seq=4).one()
+        entry.details = {**entry.details, "acquisition": entry.details["acquisition"] + 1e-12}
+    engine.dispose()
+    assert verify(client, study)["first_bad_seq"] == 4
 
 
 def test_deleted_entry_is_detected(client: TestClient, settings: Settings, study: dict[str, Any]) -> None:

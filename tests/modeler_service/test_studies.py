@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from modeler_service import service
+from modeler_service import rounds
 from modeler_service.config import Settings
+from shared.protocol.keys import request_key
 from tests.modeler_service.conftest import AUTH, make_app, study_body
 from tests.modeler_service.fake_curator import PARTNER_TOKEN, FakeCurator
 
@@ -200,7 +202,7 @@ def test_crash_between_answer_and_commit_does_not_charge_twice(
 ) -> None:
     client = TestClient(app, headers=AUTH, raise_server_exceptions=False)
     study = create(client)
-    original = service.record_outcome
+    original = rounds.record_round
     calls = {"n": 0}
 
     def crash_once(*args: Any, **kwargs: Any) -> Any:
@@ -209,7 +211,7 @@ def test_crash_between_answer_and_commit_does_not_charge_twice(
             raise RuntimeError("simulated crash after the curator answered")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(service, "record_outcome", crash_once)
+    monkeypatch.setattr(rounds, "record_round", crash_once)
     resp = client.post(f"/v1/studies/{study['id']}/step")
     assert resp.status_code == 500 and resp.json() == {"detail": "internal server error; see the modeler log"}
     s = client.get(f"/v1/studies/{study['id']}").json()
@@ -274,14 +276,26 @@ def test_restart_rebuilds_from_the_database(tmp_path: Path, settings: Settings, 
         conn.execute(text("DELETE FROM modeler_audit_entries WHERE seq = 4"))
         conn.execute(
             text(
-                "UPDATE modeler_studies SET status='running', iterations_done=3, pending_iteration=4, "
-                "pending_index=:i, pending_suggestion=:s, audit_head=(SELECT hash FROM modeler_audit_entries "
+                "UPDATE modeler_studies SET status='running', iterations_done=3, rounds_done=3, "
+                "pending_round=:p, audit_head=(SELECT hash FROM modeler_audit_entries "
                 "WHERE seq=3 AND study_id=:id) WHERE id=:id"
             ),
             {
-                "i": expected_next["index"],
-                "s": '{"source":"gp-ucb","acquisition":1.0,"beta":1.0,"mean":0.0,'
-                '"std":1.0,"hyperparameters":{"lengthscale":1.0,"signal_variance":1.0,"noise_variance":0.01}}',
+                "p": json.dumps(
+                    {
+                        "round": 4,
+                        "requests": [
+                            {
+                                "request": 0,
+                                "kind": "row",
+                                "index": expected_next["index"],
+                                "details": {"source": "gp-ucb", "acquisition": 1.0},
+                                "key": request_key(study["id"], 4, 0),
+                                "query_id": None,
+                            }
+                        ],
+                    }
+                ),
                 "id": study["id"],
             },
         )

@@ -59,7 +59,8 @@ def test_alternating_workers_choose_as_one_process_would(
     assert [e["index"] for e in shared] == [e["index"] for e in alone]
     for x, y in zip(shared, alone, strict=True):
         assert x["acquisition"] == pytest.approx(y["acquisition"], rel=1e-6)
-        assert x["hyperparameters"] == pytest.approx(y["hyperparameters"], rel=1e-6)
+        hx, hy = x["details"]["hyperparameters"], y["details"]["hyperparameters"]
+        assert hx == pytest.approx(hy, rel=1e-6)
     # Each worker built the shared study's strategy once, then caught up with the other's entries
     # incrementally (plus one build for the study run alone): not a rebuild per step.
     assert rebuilds == 3

@@ -111,3 +111,42 @@ def test_cli_bench_load_smoke(tmp_path):
         if r["workers"] == 2:
             assert r["vs_baseline"]["throughput_ratio"] > 0
     assert "it/s" in result.output and "p99 ms" in result.output
+
+
+def test_cli_bench_synthetic_strategies_small(tmp_path):
+    """`pobo bench synthetic --strategies`: both regret curves for each registry strategy; gp-bucb spends the
+    Q queries in ceil(Q / k) rounds where gp-ucb and random search spend Q."""
+    out, png = tmp_path / "strategies.json", tmp_path / "strategies.png"
+    args = ["bench", "synthetic", "--strategies", "gp-ucb,gp-bucb,random", "--batch-size", "3"]
+    args += ["--queries", "12", "--runs", "2", "--quick", "--workers", "1", "--seed", "1"]
+    result = CliRunner().invoke(app, [*args, "--json", str(out), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["settings"]["batch_size"] == 3 and report["settings"]["queries"] == 12
+    items = {item["strategy"]: item for item in report["strategies"]}
+    assert set(items) == {"gp-ucb", "gp-bucb", "random"} and len(report["strategies"]) == 3
+    expected_rounds = {"gp-ucb": 12, "gp-bucb": math.ceil(12 / 3), "random": 12}
+    for name, item in items.items():
+        assert item["runs"] == 2 and item["rounds"] == item["rounds_min"] == expected_rounds[name]
+        by_query, by_round = item["regret_by_query"], item["regret_by_round"]
+        assert len(by_query["mean"]) == len(by_query["se"]) == 12
+        assert len(by_round["mean"]) == len(by_round["se"]) == expected_rounds[name]
+        q = np.array(by_query["mean"])
+        assert (q >= 0).all() and (np.diff(q) <= 1e-12).all()
+        # After the last round every query has been made: the two curves end at the same regret.
+        assert by_round["mean"][-1] == pytest.approx(q[-1])
+    # gp-bucb's regret after round j is its regret after query 3 j.
+    bucb = items["gp-bucb"]
+    np.testing.assert_allclose(
+        bucb["regret_by_round"]["mean"], np.array(bucb["regret_by_query"]["mean"])[2::3]
+    )
+    assert items["gp-bucb"]["params"] == {"batch_size": 3} and items["random"]["inputs"] is None
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "gp-bucb (grid, mle)" in out.with_suffix(".md").read_text()
+    assert "Simple regret" in result.output and "gp-bucb" in result.output
+
+
+def test_cli_bench_synthetic_rejects_an_unknown_strategy():
+    result = CliRunner().invoke(app, ["bench", "synthetic", "--strategies", "gp-ucb,nope", "--runs", "1"])
+    assert result.exit_code == 2
+    assert "unknown strategy ['nope']" in result.output

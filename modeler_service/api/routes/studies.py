@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from modeler_service import results, service
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
+from modeler_service.context import NotClaimed
 from modeler_service.db import transaction
 from modeler_service.exceptions import ModelerError
 from modeler_service.schemas import (
@@ -80,7 +81,7 @@ def step(study_id: str, components: ComponentsDep) -> StepResult:
     ctx = components.ctx
     try:
         result = components.stepper.step(study_id, wait=False, claim=True, settle_at=0)
-    except service.NotClaimed:
+    except NotClaimed:
         raise  # someone else owns the study (or it is done): leave its status alone
     except BaseException:
         with transaction(ctx.db) as session:

@@ -1,31 +1,35 @@
-"""Optimization strategies run by the modeler: suggest an index, observe its outcome, rebuild from history.
+"""GP-UCB over the rows of a released Z: the numeric engine (``GPUCB``) and the registry strategy ``gp-ucb``.
 
 GP-UCB (Srinivas et al. 2010) as used by PO-GP-UCB, the modeler part (Kharkovskii et al. 2020, Alg. 2)::
 
     beta_t = 2 ln(n t^2 pi^2 / (6 delta'))                  (Alg. 2, line 3)
     i_t    = argmax_i  mu_t(z_i) + beta_t^{1/2} sigma_t(z_i)  (line 4; ties -> smallest index)
 
-Here t is the number of the query being chosen (observations so far + 1). Later strategies (LDP-TGP-UCB,
-MoMA-GP-UCB, ...) implement the same ``Strategy`` interface.
+Here t is the number of the query being chosen (observations so far + 1). ``GPUCB`` is the engine (suggest
+one index, observe one outcome), used as is by the benchmarks; ``GPUCBStrategy`` wraps it in the modeler's
+round interface (``shared.bo.strategies.base``): random initial rows first, then one UCB row per round.
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from shared.bo.gp import GaussianProcess, Hyperparameters, fit_hyperparameters, median_distance
+from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams, register
 from shared.errors import InputDataError, StrategyError
 
 __all__ = [
     "GPUCB",
-    "Strategy",
+    "FixedHyperparameters",
+    "GPUCBParams",
+    "GPUCBStrategy",
     "Suggestion",
     "default_refit_schedule",
     "gp_ucb_beta",
@@ -66,36 +70,7 @@ def random_initial_indices(n: int, k: int, rng: np.random.Generator) -> list[int
     return [int(i) for i in rng.choice(n, size=k, replace=False)]
 
 
-class Strategy(ABC):
-    """suggest -> index; observe(index, y); state rebuilt from the list of past (index, y)."""
-
-    name: ClassVar[str]
-
-    @abstractmethod
-    def suggest(self) -> Suggestion:
-        """The next row to query."""
-
-    @abstractmethod
-    def observe(self, index: int, y: float) -> None:
-        """Condition on the outcome y of row ``index``."""
-
-    @property
-    @abstractmethod
-    def observations(self) -> list[tuple[int, float]]:
-        """Every (index, y) observed so far, in order."""
-
-    @classmethod
-    def from_history(
-        cls, Z: npt.ArrayLike, observations: Iterable[tuple[int, float]], **options: Any
-    ) -> Self:
-        """The strategy in the state it reaches after observing ``observations`` in order."""
-        strategy = cls(Z, **options)  # type: ignore[call-arg]
-        for index, y in observations:
-            strategy.observe(index, y)
-        return strategy
-
-
-class GPUCB(Strategy):
+class GPUCB:
     """GP-UCB over the rows of Z (PO-GP-UCB Alg. 2 when Z is a release; non-private GP-UCB on X).
 
     ``hyperparameters`` is fixed (``Hyperparameters``) or ``"mle"``: maximum likelihood on the observations,
@@ -103,8 +78,6 @@ class GPUCB(Strategy):
     lengthscale). ``exclude_queried`` (the service default) never suggests a row twice; the paper's
     benchmark allows repeats. ``prior_mean`` is ``"empirical"`` (mean of the observed y) or ``"zero"``.
     """
-
-    name: ClassVar[str] = "gp-ucb"
 
     def __init__(
         self,
@@ -139,6 +112,11 @@ class GPUCB(Strategy):
     @property
     def hyperparameters(self) -> Hyperparameters:
         return self.gp.hp
+
+    @property
+    def queried(self) -> npt.NDArray[np.bool_]:
+        """[n] True for every row observed so far (a copy)."""
+        return self._queried.copy()
 
     @property
     def observations(self) -> list[tuple[int, float]]:
@@ -200,4 +178,122 @@ class GPUCB(Strategy):
         strategy.gp._reset()
         strategy.gp._rebuild(idx, y)
         strategy._queried[idx] = True
+        return strategy
+
+
+# ------------------------------------------------------------------------------------ registry strategy
+
+
+class FixedHyperparameters(StrategyParams):
+    """Fixed squared-exponential kernel hyper-parameters (in the units of the released Z)."""
+
+    lengthscale: float = Field(gt=0, allow_inf_nan=False, description="Kernel lengthscale l > 0.")
+    signal_variance: float = Field(gt=0, allow_inf_nan=False, description="Signal variance s2 > 0.")
+    noise_variance: float = Field(gt=0, allow_inf_nan=False, description="Observation noise variance > 0.")
+
+    def engine_value(self) -> Hyperparameters:
+        return Hyperparameters(
+            lengthscale=self.lengthscale,
+            signal_variance=self.signal_variance,
+            noise_variance=self.noise_variance,
+        )
+
+
+class GPUCBParams(StrategyParams):
+    """Parameters of ``gp-ucb`` (PO-GP-UCB, Alg. 2)."""
+
+    delta_prime: float = Field(
+        default=0.05, gt=0, lt=1, allow_inf_nan=False, description="GP-UCB confidence parameter delta'."
+    )
+    hyperparameters: Literal["mle"] | FixedHyperparameters = Field(
+        default="mle", description='"mle" (refitted by maximum likelihood on a schedule) or fixed values.'
+    )
+    initial_points: int = Field(
+        default=1, ge=1, le=10_000, description="Random rows queried first (they count as queries)."
+    )
+    exclude_queried: bool = Field(default=True, description="Never choose a row twice.")
+
+    def engine_options(self) -> dict[str, Any]:
+        hp = self.hyperparameters
+        return {
+            "delta_prime": self.delta_prime,
+            "hyperparameters": "mle" if hp == "mle" else hp.engine_value(),
+            "exclude_queried": self.exclude_queried,
+        }
+
+
+def initial_rows(params: GPUCBParams, *, n: int, budget: int, rng: np.random.Generator) -> dict[str, Any]:
+    """``initial_points`` distinct random rows (at most the budget), drawn once at the study's creation."""
+    if params.initial_points > n:
+        raise InputDataError(f"initial_points must be <= the release's n = {n}, got {params.initial_points}")
+    return {"initial_indices": random_initial_indices(n, min(params.initial_points, budget), rng)}
+
+
+def row_details(engine: GPUCB, index: int, *, source: str) -> dict[str, Any]:
+    """The audit numbers of choosing ``index`` now: UCB value, beta_t, posterior mean/std, hyper-params."""
+    ucb, beta, _t = engine.acquisition()
+    return {
+        "source": source,
+        "acquisition": float(ucb[index]),
+        "beta": float(beta),
+        "mean": float(engine.gp.mean()[index]),
+        "std": float(engine.gp.std()[index]),
+        "hyperparameters": engine.hyperparameters.as_dict(),
+    }
+
+
+@register
+class GPUCBStrategy(Strategy):
+    """``gp-ucb``: the random initial rows, then one row per round at the UCB argmax (PO-GP-UCB Alg. 2)."""
+
+    name: ClassVar[str] = "gp-ucb"
+    description: ClassVar[str] = (
+        "GP-UCB over the released rows (Srinivas et al. 2010; PO-GP-UCB, Kharkovskii et al. 2020, "
+        "Algorithm 2): after `initial_points` random rows, each round queries the one row maximising "
+        "mu(z) + beta_t^(1/2) sigma(z), beta_t = 2 ln(n t^2 pi^2 / (6 delta')). Hyper-parameters fixed or "
+        "refitted by maximum likelihood on a schedule."
+    )
+    Params: ClassVar[type[StrategyParams]] = GPUCBParams
+
+    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+        super().__init__(Z, params, state)
+        assert isinstance(params, GPUCBParams)
+        self.engine = self.make_engine(params)
+        self.initial = [int(i) for i in self.state.get("initial_indices", [])]
+
+    def make_engine(self, params: GPUCBParams) -> GPUCB:
+        return GPUCB(self.Z, **params.engine_options())
+
+    @classmethod
+    def initial_state(
+        cls, params: StrategyParams, *, n: int, budget: int, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        assert isinstance(params, GPUCBParams)
+        return initial_rows(params, n=n, budget=budget, rng=rng)
+
+    def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
+        t = self.engine.gp.t  # observations so far
+        if t < len(self.initial):
+            index = self.initial[t]
+            return [RowRequest(index, row_details(self.engine, index, source="initial"))]
+        s = self.engine.suggest()
+        return [RowRequest(s.index, row_details(self.engine, s.index, source="gp-ucb"))]
+
+    def observe(self, answers: Sequence[Answer]) -> None:
+        for answer in answers:
+            self.engine.observe(answer.request.index, answer.y)
+
+    @classmethod
+    def from_history(
+        cls,
+        Z: npt.ArrayLike,
+        params: StrategyParams,
+        state: Mapping[str, Any],
+        rounds: Sequence[Sequence[Answer]],
+    ) -> Self:
+        """One batch posterior after replaying the scheduled refits (``GPUCB.from_history``)."""
+        strategy = cls(Z, params, state)
+        observations = [(a.request.index, a.y) for answers in rounds for a in answers]
+        assert isinstance(params, GPUCBParams)
+        strategy.engine = GPUCB.from_history(strategy.Z, observations, **params.engine_options())
         return strategy

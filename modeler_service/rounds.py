@@ -1,0 +1,257 @@
+"""Rounds: plan one with the study's strategy, record its write-ahead intent, record its outcomes.
+
+No HTTP types here, and nothing commits: callers own transactions. A study's state is in the database
+alone: the study row (parameters, run state, ``pending_round``: the write-ahead intent of the round in
+flight) and its audit entries, which double as the observations the strategy is rebuilt from
+(``Strategy.from_history``). ``StudyCache`` keeps the rebuilt strategy in memory between rounds, keyed by
+the number of rounds it has observed; any mismatch (a restart, another worker) catches up or rebuilds from
+the database. This module knows strategies only through the registry interface.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from modeler_service import repository as repo
+from modeler_service.audit import HASH_VERSION, entry_hash
+from modeler_service.context import Context
+from modeler_service.exceptions import Conflict, StorageError, UpstreamError
+from modeler_service.models import AuditEntry, Study, utcnow
+from modeler_service.schemas import RoundQuery
+from shared.bo.strategies import Answer, RowRequest, Strategy, get_strategy, parse_params, round_rng
+from shared.errors import StrategyError
+from shared.protocol.keys import request_key
+from shared.protocol.schemas import QueryPublic
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request of the round in flight, as written ahead: what to ask, why, with which key."""
+
+    request: int
+    kind: str
+    index: int | None
+    details: dict[str, Any]
+    key: str
+    query_id: int | None = None
+
+    def public(self, query: QueryPublic | None) -> RoundQuery:
+        answered = query is not None and query.status == "complete"
+        status = "not_sent" if query is None and self.query_id is None else "pending"
+        return RoundQuery(
+            request=self.request,
+            kind=self.kind,  # type: ignore[arg-type]
+            index=self.index,
+            status="complete" if answered else status,  # type: ignore[arg-type]
+            y=query.y if answered and query is not None else None,
+            curator_query_id=query.id if query is not None else self.query_id,
+            details=self.details,
+        )
+
+
+@dataclass(frozen=True)
+class RoundIntent:
+    """The round in flight (``Study.pending_round``): its number and its requests, in order."""
+
+    round: int
+    requests: tuple[PlannedRequest, ...]
+
+    @classmethod
+    def of(cls, study: Study) -> RoundIntent | None:
+        data = study.pending_round
+        if not data:
+            return None
+        return cls(int(data["round"]), tuple(PlannedRequest(**r) for r in data["requests"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"round": self.round, "requests": [r.__dict__ for r in self.requests]}
+
+    def with_query_ids(self, queries: Sequence[QueryPublic]) -> RoundIntent:
+        return replace(
+            self,
+            requests=tuple(replace(r, query_id=q.id) for r, q in zip(self.requests, queries, strict=True)),
+        )
+
+
+# ------------------------------------------------------------------------------------------ strategies
+
+
+def _json_safe(value: Any) -> Any:
+    """``details`` as plain JSON: numpy scalars to Python, non-finite floats to their names."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def new_strategy(study: Study, Z: Any, rounds: Sequence[Sequence[Answer]]) -> Strategy:
+    """The study's strategy after ``rounds`` (its name, parameters and private state from the study row)."""
+    cls = get_strategy(study.strategy)
+    params = parse_params(study.strategy, study.strategy_params)
+    return cls.from_history(Z, params, study.strategy_state or {}, rounds)
+
+
+def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy:
+    """The study's strategy after its recorded rounds (cached; caught up or rebuilt from the DB on a miss).
+
+    A cached strategy that is behind (another worker process recorded the last rounds) catches up by
+    observing just the missing rounds instead of a rebuild.
+    """
+    state = ctx.state(study)
+    with state.lock:
+        if state.strategy is not None and 0 <= state.n_rounds < study.rounds_done:
+            missing = repo.rounds(session, study.id, after_round=state.n_rounds)
+            if len(missing) == study.rounds_done - state.n_rounds:
+                for answers in missing:
+                    state.strategy.observe(answers)
+                state.n_rounds = study.rounds_done
+                return state.strategy
+        if state.strategy is None or state.n_rounds != study.rounds_done:
+            rounds = repo.rounds(session, study.id)
+            recorded = sum(len(r) for r in rounds)
+            if len(rounds) != study.rounds_done or recorded != study.iterations_done:
+                raise StorageError(
+                    f"study {study.id} records {study.rounds_done} rounds and {study.iterations_done} "
+                    f"queries but its audit log has {len(rounds)} rounds and {recorded} entries"
+                )
+            state.strategy = new_strategy(study, state.Z, rounds)
+            state.n_rounds = len(rounds)
+        return state.strategy
+
+
+def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> RoundIntent:
+    """The next round as the strategy plans it (at most ``budget`` requests), with each request's key."""
+    round_no = study.rounds_done + 1
+    with ctx.state(study).lock:  # no observe() of this study's strategy while it plans
+        strategy = strategy_for(session, ctx, study)
+        planned = strategy.plan(budget=budget, rng=round_rng(study.seed, round_no))
+    if not 1 <= len(planned) <= budget:
+        raise StrategyError(
+            f"strategy {study.strategy!r} planned {len(planned)} requests; a round has 1 to {budget}"
+        )
+    requests = []
+    for j, req in enumerate(planned):
+        if not isinstance(req, RowRequest) or not 0 <= int(req.index) < study.n:
+            raise StrategyError(f"strategy {study.strategy!r} planned an invalid request {req!r}")
+        details = _json_safe(dict(req.details))
+        json.dumps(details, allow_nan=False)  # fails here rather than in the audit chain
+        requests.append(
+            PlannedRequest(j, req.kind, int(req.index), details, request_key(study.id, round_no, j))
+        )
+    return RoundIntent(round_no, tuple(requests))
+
+
+# ------------------------------------------------------------------------------------- intent, outcome
+
+
+def save_intent(
+    session: Session, study: Study, intent: RoundIntent, *, run_target: int | None = None
+) -> None:
+    """Write-ahead: the round about to be sent and the numbers that chose it (in the reading transaction).
+
+    ``run_target``: a synchronous step ends after this round (so a background wait for a manual
+    measurement stops there too).
+    """
+    if study.pending_round is not None or study.rounds_done != intent.round - 1:
+        raise Conflict(f"study {study.id} changed while round {intent.round} was being planned")
+    study.pending_round = intent.to_json()
+    if run_target is not None:
+        study.run_target = run_target
+    study.updated_at = utcnow()
+
+
+def record_round(
+    session: Session,
+    study: Study,
+    intent: RoundIntent,
+    queries: Sequence[QueryPublic],
+    *,
+    settle_at: int | None = None,
+) -> list[AuditEntry]:
+    """The round's audit entries and the study's counters, in the caller's one transaction.
+
+    ``study`` is the row as read when the intent was written (this runner owns the study since then). The
+    study row is advanced with one conditional UPDATE that also checks that nothing moved in between (same
+    round in flight, same audit head); otherwise ``Conflict`` and the inserts are rolled back. With
+    ``settle_at``, reaching that many queries ends the run in the same UPDATE (``done`` when the budget is
+    used, else ``ready``).
+    """
+    for query in queries:
+        if query.y is None or query.status != "complete":
+            raise UpstreamError(f"query {query.id} has no outcome yet")
+    entries: list[AuditEntry] = []
+    head = study.audit_head
+    best = (study.best_index, study.best_y)
+    now = utcnow()
+    for req, query in zip(intent.requests, queries, strict=True):
+        entry = AuditEntry(
+            study_id=study.id,
+            seq=study.iterations_done + 1 + req.request,
+            at=now,
+            round=intent.round,
+            request=req.request,
+            kind=req.kind,
+            row_index=req.index,
+            y=float(query.y),  # type: ignore[arg-type]
+            details=req.details,
+            curator_query_id=int(query.id),
+            hash_version=HASH_VERSION,
+            prev_hash=head,
+        )
+        entry.hash = head = entry_hash(entry.prev_hash, entry)
+        if entry.y is not None and (best[1] is None or entry.y > best[1]):
+            best = (entry.row_index, entry.y)
+        entries.append(entry)
+    done = study.iterations_done + len(entries)
+    settle_status = None
+    if settle_at is not None and done >= settle_at:
+        settle_status = "done" if done >= study.iterations_total else "ready"
+    repo.insert_audit_entries(session, entries)
+    advanced = repo.advance_study(
+        session,
+        study.id,
+        round_no=intent.round,
+        prev_done=study.iterations_done,
+        done=done,
+        prev_head=study.audit_head,
+        head=head,
+        best_index=best[0],
+        best_y=best[1],
+        settle_status=settle_status,
+    )
+    if not advanced:
+        raise Conflict(f"study {study.id} is not at round {intent.round} any more")
+    return entries
+
+
+def answers_of(intent: RoundIntent, queries: Sequence[QueryPublic]) -> list[Answer]:
+    return [
+        Answer(RowRequest(int(r.index), r.details), float(q.y))  # type: ignore[arg-type]
+        for r, q in zip(intent.requests, queries, strict=True)
+    ]
+
+
+def observe_cached(ctx: Context, study_id: str, intent: RoundIntent, queries: Sequence[QueryPublic]) -> None:
+    """Condition the cached strategy on a just-recorded round; if the cache is not exactly one round
+    behind, it is dropped and rebuilt from the database next time."""
+    state = ctx.cache.get(study_id)
+    if state is None:
+        return
+    with state.lock:
+        if state.strategy is not None and state.n_rounds == intent.round - 1:
+            state.strategy.observe(answers_of(intent, queries))
+            state.n_rounds = intent.round
+        else:
+            state.strategy, state.n_rounds = None, -1
