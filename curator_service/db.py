@@ -3,33 +3,16 @@ PostgreSQL policy is written down) bound to the curator's alembic environment an
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from alembic.config import Config
-from sqlalchemy import Engine
-
-import curator_service
 from shared.servicekit import db as kit
 from shared.servicekit.migrations import Migrations
 
-#: alembic environment of this service: <repo>/migrations/curator (located from the package, not the cwd).
-MIGRATIONS_DIR = Path(curator_service.__file__).resolve().parent.parent / "migrations" / "curator"
-VERSION_TABLE = "alembic_version_curator"
-MIGRATIONS = Migrations("curator", MIGRATIONS_DIR, VERSION_TABLE)
-
-make_engine = kit.make_engine
+#: alembic environment of this service: <source>/migrations/curator, version table alembic_version_curator.
+MIGRATIONS = Migrations.of("curator")
+MIGRATIONS_DIR, VERSION_TABLE = MIGRATIONS.directory, MIGRATIONS.version_table
+alembic_config, upgrade = MIGRATIONS.config, MIGRATIONS.upgrade
 
 
 class Database(kit.Database):
     """The curator's engine and session factories (``session(write=...)``; migrations: ``MIGRATIONS``)."""
 
     migrations = MIGRATIONS
-
-
-def alembic_config() -> Config:
-    return MIGRATIONS.config()
-
-
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """``alembic upgrade <revision>`` on this engine (idempotent; run at every start-up)."""
-    MIGRATIONS.upgrade(engine, revision)

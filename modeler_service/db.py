@@ -6,38 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-from alembic.config import Config
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-import modeler_service
 from modeler_service.exceptions import StorageError
 from shared.servicekit import db as kit
 from shared.servicekit.migrations import Migrations
 
-#: alembic environment of this service: <repo>/migrations/modeler (located from the package, not the cwd).
-MIGRATIONS_DIR = Path(modeler_service.__file__).resolve().parent.parent / "migrations" / "modeler"
-VERSION_TABLE = "alembic_version_modeler"
-MIGRATIONS = Migrations("modeler", MIGRATIONS_DIR, VERSION_TABLE)
-
-make_engine = kit.make_engine
+#: alembic environment of this service: <source>/migrations/modeler, version table alembic_version_modeler.
+MIGRATIONS = Migrations.of("modeler")
+MIGRATIONS_DIR, VERSION_TABLE = MIGRATIONS.directory, MIGRATIONS.version_table
+alembic_config, upgrade = MIGRATIONS.config, MIGRATIONS.upgrade
 
 
 class Database(kit.Database):
     """The modeler's engine and session factories (``session(write=...)``; migrations: ``MIGRATIONS``)."""
 
     migrations = MIGRATIONS
-
-
-def alembic_config() -> Config:
-    return MIGRATIONS.config()
-
-
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """``alembic upgrade <revision>`` on this engine (idempotent; run at every start-up)."""
-    MIGRATIONS.upgrade(engine, revision)
 
 
 @contextmanager

@@ -19,6 +19,9 @@ from sqlalchemy import Connection, Engine
 
 __all__ = ["Migrations", "run_migrations"]
 
+#: pobo's source tree (``shared`` sits at its top, beside ``migrations``).
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
+
 
 def _set_foreign_keys(conn: Connection, on: bool) -> None:
     # On the DBAPI connection itself: through SQLAlchemy the statement would open a transaction first, and
@@ -57,6 +60,19 @@ class Migrations:
     service: str
     directory: Path
     version_table: str
+
+    @classmethod
+    def of(cls, service: str) -> Migrations:
+        """The environment of ``service`` in pobo's source tree: ``<source>/migrations/<service>`` (found
+        from this package, not the working directory), version table ``alembic_version_<service>`` (the
+        services may share one PostgreSQL database, so each keeps its own)."""
+        return cls(service, _SOURCE_ROOT / "migrations" / service, f"alembic_version_{service}")
+
+    @property
+    def pg_lock_key(self) -> int:
+        """The PostgreSQL advisory-lock key serialising this service's concurrent migrations: the bytes
+        ``pobo`` + the service's first four letters ("pobocura", "pobomode") as a 64-bit integer."""
+        return int.from_bytes(f"pobo{self.service[:4]}".encode("ascii"), "big")
 
     def config(self) -> Config:
         """An alembic ``Config`` for this environment (no ini file)."""
