@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.datastructures import Headers
@@ -30,10 +29,11 @@ from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.servicekit import serving
-from shared.servicekit.asgi_guards import AuthThrottle, BodyLimit, is_token
+from shared.servicekit.app import add_access_guards
+from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
-from shared.servicekit.serving import THROTTLE_FILE, configure_logging, reset_throttle
+from shared.servicekit.serving import configure_logging, reset_throttle
 
 logger = logging.getLogger("curator_service")
 
@@ -294,20 +294,13 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     app.add_middleware(UploadGuard, components=components)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])
     app.add_middleware(AccessLogMiddleware, db=db)
-    if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
-        )
-    app.add_middleware(
-        AuthThrottle,
-        max_failures=settings.auth_max_failures,
-        window_seconds=settings.auth_window_seconds,
-        # a worker (the supervisor ran the start-up): count failed tokens with its sibling workers
-        shared_file=None if run_start_up else settings.data_dir / THROTTLE_FILE,
-        exempt=is_token(admin_token.get_secret_value()),  # bad tokens from the same address never lock it out
+    add_access_guards(
+        app,
+        settings,
+        operator_token=admin_token.get_secret_value(),  # bad tokens from the same address never lock it out
+        worker=not run_start_up,  # the supervisor ran the start-up: count failed tokens with sibling workers
+        cors_methods=["GET", "POST", "DELETE"],
+        cors_headers=["Authorization", "Content-Type", "Idempotency-Key"],
     )
     document_validation_errors(app)
     return app

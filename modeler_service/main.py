@@ -12,7 +12,6 @@ from datetime import datetime
 
 from cryptography.fernet import Fernet
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from modeler_service import repository as repo
@@ -27,10 +26,11 @@ from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.servicekit import serving
-from shared.servicekit.asgi_guards import AuthThrottle, BodyLimit, is_token
+from shared.servicekit.app import add_access_guards
+from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
-from shared.servicekit.serving import THROTTLE_FILE, configure_logging, reset_throttle
+from shared.servicekit.serving import configure_logging, reset_throttle
 
 log = logging.getLogger("pobo.modeler")
 
@@ -179,19 +179,13 @@ def create_app(
         },
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
-    if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
-        )
-    app.add_middleware(
-        AuthThrottle,
-        max_failures=settings.auth_max_failures,
-        window_seconds=settings.auth_window_seconds,
-        shared_file=settings.data_dir / THROTTLE_FILE if worker else None,  # counted with sibling workers
-        exempt=is_token(token.get_secret_value()),  # bad tokens from the same address never lock it out
+    add_access_guards(
+        app,
+        settings,
+        operator_token=token.get_secret_value(),  # bad tokens from the same address never lock it out
+        worker=worker,  # count failed tokens with sibling workers
+        cors_methods=["GET", "POST"],
+        cors_headers=["Authorization", "Content-Type"],
     )
     document_validation_errors(app)
     return app
