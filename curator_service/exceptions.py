@@ -1,4 +1,5 @@
-"""Errors of the curator's use cases; ``main.py`` maps each to one HTTP status in one place.
+"""Errors of the curator's use cases; ``shared.servicekit.handlers`` answers each with its HTTP
+status.
 
 Messages are for a person to act on. They never contain a raw data value of a dataset, and what a partner
 can trigger never mentions curator-private diagnostics such as sigma_min.
@@ -6,15 +7,11 @@ can trigger never mentions curator-private diagnostics such as sigma_min.
 
 from __future__ import annotations
 
+from shared.servicekit.exceptions import ServiceError
 
-class CuratorError(Exception):
-    """Base class; ``status_code`` is the HTTP status it maps to."""
 
-    status_code = 500
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+class CuratorError(ServiceError):
+    """Base class of the curator's errors; ``status_code`` is the HTTP status it maps to."""
 
 
 class InvalidInput(CuratorError):

@@ -5,17 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.cors import CORSMiddleware
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,9 +29,11 @@ from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.servicekit import serving
-from shared.servicekit.asgi_guards import AuthThrottle, BodyLimit, is_token
-from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
-from shared.servicekit.serving import THROTTLE_FILE, configure_logging, reset_throttle
+from shared.servicekit.app import add_access_guards
+from shared.servicekit.asgi_guards import BodyLimit
+from shared.servicekit.errors import API_VERSION, document_validation_errors
+from shared.servicekit.handlers import install_error_handlers
+from shared.servicekit.serving import configure_logging, reset_throttle
 
 logger = logging.getLogger("curator_service")
 
@@ -226,56 +224,6 @@ class AccessLogMiddleware:
             logger.warning("could not write an access-log entry (%s %s)", entry.method, entry.path)
 
 
-def _log_unexpected(request: Request, exc: BaseException) -> None:
-    # Type and stack only: an exception's message may quote data, so it is not logged.
-    frames = "".join(traceback.format_tb(exc.__traceback__))
-    logger.error("unhandled %s on %s %s\n%s", type(exc).__name__, request.method, request.url.path, frames)
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(CuratorError)
-    async def curator_error(_request: Request, exc: CuratorError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-        if exc.status_code >= 500:
-            logger.error("%s: %s", type(exc).__name__, exc.detail)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
-
-    @app.exception_handler(InputDataError)
-    async def input_error(_request: Request, exc: InputDataError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
-
-    @app.exception_handler(PrivacyBudgetExceeded)
-    async def budget_error(_request: Request, exc: PrivacyBudgetExceeded) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error_response(exc)
-
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(InterfaceError)
-    async def db_unavailable(request: Request, exc: SQLAlchemyError) -> JSONResponse:
-        # Down, dropped or busy: the pool's pre-ping reconnects by itself once the database is back.
-        logger.warning(
-            "database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__
-        )
-        return JSONResponse(
-            {"detail": "the database is unavailable or busy; retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-
-    @app.exception_handler(SQLAlchemyError)
-    async def db_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:
-        _log_unexpected(request, exc)
-        return JSONResponse({"detail": "internal database error; see the curator's log"}, status_code=500)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        _log_unexpected(request, exc)
-        return JSONResponse({"detail": "internal error; see the curator's log"}, status_code=500)
-
-
 def start_up(settings: Settings) -> None:
     """The one-time start-up work: data dir, admin token file, migrations to head, crash recovery.
 
@@ -332,26 +280,27 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         lifespan=lifespan,
     )
     app.state.components = components
-    _install_error_handlers(app)
+    install_error_handlers(
+        app,
+        logger=logger,
+        service_error=CuratorError,
+        library_errors={InputDataError: 422, PrivacyBudgetExceeded: 409},
+        unavailable_detail="the database is unavailable or busy; retry shortly",
+        database_error_detail="internal database error; see the curator's log",
+        unexpected_detail="internal error; see the curator's log",
+    )
     for module in (health, datasets, populations, releases, partners, queries, access_log):
         app.include_router(module.router)
     app.add_middleware(UploadGuard, components=components)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])
     app.add_middleware(AccessLogMiddleware, db=db)
-    if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
-        )
-    app.add_middleware(
-        AuthThrottle,
-        max_failures=settings.auth_max_failures,
-        window_seconds=settings.auth_window_seconds,
-        # a worker (the supervisor ran the start-up): count failed tokens with its sibling workers
-        shared_file=None if run_start_up else settings.data_dir / THROTTLE_FILE,
-        exempt=is_token(admin_token.get_secret_value()),  # bad tokens from the same address never lock it out
+    add_access_guards(
+        app,
+        settings,
+        operator_token=admin_token.get_secret_value(),  # bad tokens from the same address never lock it out
+        worker=not run_start_up,  # the supervisor ran the start-up: count failed tokens with sibling workers
+        cors_methods=["GET", "POST", "DELETE"],
+        cors_headers=["Authorization", "Content-Type", "Idempotency-Key"],
     )
     document_validation_errors(app)
     return app

@@ -1,18 +1,13 @@
-"""Errors of the modeler's use cases; ``main.py`` maps them to HTTP in one place."""
+"""Errors of the modeler's use cases; ``shared.servicekit.handlers`` answers each with its HTTP status."""
 
 from __future__ import annotations
 
 from shared.errors import PoboError
+from shared.servicekit.exceptions import ServiceError
 
 
-class ModelerError(PoboError):
-    """Base class; ``status_code`` is the HTTP status the API answers with."""
-
-    status_code = 500
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+class ModelerError(ServiceError, PoboError):
+    """Base class of the modeler's errors; ``status_code`` is the HTTP status the API answers with."""
 
 
 class NotFound(ModelerError):

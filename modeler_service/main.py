@@ -9,15 +9,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from cryptography.fernet import Fernet
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from modeler_service import repository as repo
 from modeler_service import service
@@ -31,9 +26,11 @@ from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.servicekit import serving
-from shared.servicekit.asgi_guards import AuthThrottle, BodyLimit, is_token
-from shared.servicekit.errors import API_VERSION, document_validation_errors, validation_error_response
-from shared.servicekit.serving import THROTTLE_FILE, configure_logging, reset_throttle
+from shared.servicekit.app import add_access_guards
+from shared.servicekit.asgi_guards import BodyLimit
+from shared.servicekit.errors import API_VERSION, document_validation_errors
+from shared.servicekit.handlers import install_error_handlers
+from shared.servicekit.serving import configure_logging, reset_throttle
 
 log = logging.getLogger("pobo.modeler")
 
@@ -58,54 +55,6 @@ TAGS = [
     },
     {"name": "operations", "description": "Health check."},
 ]
-
-
-def _error(status_code: int, detail: Any) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status_code)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ModelerError)
-    async def _modeler_error(_: Request, exc: ModelerError) -> JSONResponse:
-        response = _error(exc.status_code, exc.detail)
-        if exc.status_code == 503:  # the database (or the curator) is unavailable: retry shortly
-            response.headers["Retry-After"] = "5"
-        return response
-
-    @app.exception_handler(InputDataError)
-    async def _input_error(_: Request, exc: InputDataError) -> JSONResponse:
-        return _error(422, str(exc))
-
-    @app.exception_handler(StrategyError)
-    async def _strategy_error(_: Request, exc: StrategyError) -> JSONResponse:
-        return _error(409, str(exc))
-
-    @app.exception_handler(PoboError)
-    async def _pobo_error(_: Request, exc: PoboError) -> JSONResponse:
-        return _error(400, str(exc))
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error_response(exc)
-
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(InterfaceError)
-    async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
-        # The database is down or the connection dropped: the pool's pre-ping reconnects by itself once
-        # it is back, so the client should simply retry.
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-        return JSONResponse(
-            {"detail": "the database is unavailable; retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error(
-            "unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path, exc_info=exc
-        )
-        return _error(500, "internal server error; see the modeler log")
 
 
 #: Environment variable through which the supervisor of a multi-worker server hands its crash-recovery
@@ -215,7 +164,14 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
-    install_error_handlers(app)
+    install_error_handlers(
+        app,
+        logger=log,
+        service_error=ModelerError,
+        library_errors={InputDataError: 422, StrategyError: 409, PoboError: 400},
+        unavailable_detail="the database is unavailable; retry shortly",
+        unexpected_detail="internal server error; see the modeler log",
+    )
     app.include_router(health.router)
     for router in (studies.router, strategies.router):
         app.include_router(
@@ -229,19 +185,13 @@ def create_app(
             },
         )
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
-    if settings.cors_origins:  # closed by default: no CORS headers unless origins are named
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
-        )
-    app.add_middleware(
-        AuthThrottle,
-        max_failures=settings.auth_max_failures,
-        window_seconds=settings.auth_window_seconds,
-        shared_file=settings.data_dir / THROTTLE_FILE if worker else None,  # counted with sibling workers
-        exempt=is_token(token.get_secret_value()),  # bad tokens from the same address never lock it out
+    add_access_guards(
+        app,
+        settings,
+        operator_token=token.get_secret_value(),  # bad tokens from the same address never lock it out
+        worker=worker,  # count failed tokens with sibling workers
+        cors_methods=["GET", "POST"],
+        cors_headers=["Authorization", "Content-Type"],
     )
     document_validation_errors(app)
     return app

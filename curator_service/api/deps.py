@@ -15,6 +15,7 @@ from curator_service.db import Database
 from curator_service.exceptions import Forbidden, Unauthorized
 from curator_service.services.auth import Principal, authenticate
 from curator_service.storage import ArrayStore
+from shared.servicekit.db import READ_METHODS, request_session
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -46,20 +47,8 @@ def get_session(request: Request) -> Iterator[Session]:
     write session (SQLite: BEGIN IMMEDIATE at the first statement). If the transaction does not commit,
     the callbacks registered with ``services.datasets.on_rollback`` run (they delete files written for it).
     """
-    components = get_components(request)
-    write = request.method not in ("GET", "HEAD", "OPTIONS")
-    session = components.db.session(write=write)
-    try:
-        yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        for callback in session.info.pop("on_rollback", []):
-            callback()
-        raise
-    finally:
-        session.info.pop("on_rollback", None)
-        session.close()
+    db = get_components(request).db
+    yield from request_session(db, write=request.method not in READ_METHODS)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from modeler_service.context import Context
 from modeler_service.exceptions import StorageError
 from modeler_service.runner import RunnerRegistry, Stepper
+from shared.servicekit.db import READ_METHODS, request_session
 
 bearer_scheme = HTTPBearer(auto_error=False, description="The modeler's API token (POBO_MODELER_TOKEN).")
 
@@ -49,24 +49,11 @@ ContextDep = Annotated[Context, Depends(get_context)]
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    """One session per request; commits before the response is sent, rolls back on any error."""
+    """One session per request; commits before the response is sent, rolls back on any error; a database
+    failure is answered as ``StorageError`` (503)."""
     components: Components = request.app.state.components
-    write = request.method not in ("GET", "HEAD", "OPTIONS")
-    session = components.ctx.db.session(write=write)
-    try:
-        yield session
-        session.commit()
-    except OperationalError as exc:
-        session.rollback()
-        raise StorageError(f"the database is unavailable ({type(exc.orig).__name__})") from exc
-    except SQLAlchemyError as exc:
-        session.rollback()
-        raise StorageError(f"database error ({type(exc).__name__})") from exc
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
+    write = request.method not in READ_METHODS
+    yield from request_session(components.ctx.db, write=write, error=StorageError)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -1,4 +1,8 @@
-"""What both services need from FastAPI, SQLAlchemy and alembic, written once.
+"""What both services need from FastAPI, SQLAlchemy, alembic and pydantic-settings, written once.
 
-The pure packages of ``shared`` (``privacy``, the GP and strategies) never import this.
+``db`` (engine policy, sessions, transactions), ``models`` (naming convention, UTC timestamps),
+``migrations`` and ``alembic_env`` (running each service's alembic environment), ``settings`` (the common
+settings), ``exceptions`` and ``handlers`` (errors to HTTP answers), ``health``, ``app`` (CORS and the
+throttle), plus the guards, serving, TLS, OpenAPI, hash-chain and SQLite-turn helpers. The pure packages
+of ``shared`` (``privacy``, the GP and strategies) never import this.
 """

@@ -10,11 +10,17 @@ enforcement back on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine
 
-__all__ = ["run_migrations"]
+__all__ = ["Migrations", "run_migrations"]
+
+#: pobo's source tree (``shared`` sits at its top, beside ``migrations``).
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _set_foreign_keys(conn: Connection, on: bool) -> None:
@@ -45,3 +51,41 @@ def run_migrations(engine: Engine, cfg: Config, *, revision: str = "head", downg
         finally:
             if sqlite:
                 _set_foreign_keys(conn, True)
+
+
+@dataclass(frozen=True)
+class Migrations:
+    """A service's alembic environment: its directory (``env.py``, ``versions/``) and version table."""
+
+    service: str
+    directory: Path
+    version_table: str
+
+    @classmethod
+    def of(cls, service: str) -> Migrations:
+        """The environment of ``service`` in pobo's source tree: ``<source>/migrations/<service>`` (found
+        from this package, not the working directory), version table ``alembic_version_<service>`` (the
+        services may share one PostgreSQL database, so each keeps its own)."""
+        return cls(service, _SOURCE_ROOT / "migrations" / service, f"alembic_version_{service}")
+
+    @property
+    def pg_lock_key(self) -> int:
+        """The PostgreSQL advisory-lock key serialising this service's concurrent migrations: the bytes
+        ``pobo`` + the service's first four letters ("pobocura", "pobomode") as a 64-bit integer."""
+        return int.from_bytes(f"pobo{self.service[:4]}".encode("ascii"), "big")
+
+    def config(self) -> Config:
+        """An alembic ``Config`` for this environment (no ini file)."""
+        cfg = Config()
+        cfg.set_main_option("script_location", str(self.directory))
+        cfg.set_main_option("version_table", self.version_table)
+        return cfg
+
+    def upgrade(self, engine: Engine, revision: str = "head") -> None:
+        """``alembic upgrade <revision>`` on ``engine`` (idempotent at head; run at every start-up)."""
+        if not (self.directory / "env.py").is_file():
+            raise RuntimeError(
+                f"the {self.service}'s alembic environment is missing at {self.directory}; install pobo from "
+                f"its source tree (pip install -e .) so that <source>/migrations/{self.service} is present"
+            )
+        run_migrations(engine, self.config(), revision=revision)

@@ -1,18 +1,17 @@
-"""``GET /healthz``: open, reports database reachability (503 when the database is unreachable)."""
+"""``GET /healthz``: open, reports database reachability (the kit's route, under the tag "operations")."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import Request
 
-from modeler_service.api.deps import ContextDep
-from modeler_service.schemas import Health
+from modeler_service.api.deps import Components
+from shared.servicekit.db import Database
+from shared.servicekit.health import health_router
 
-router = APIRouter(tags=["operations"])
+
+def _database(request: Request) -> Database:
+    components: Components = request.app.state.components
+    return components.ctx.db
 
 
-@router.get("/healthz", response_model=Health, summary="Liveness and database reachability")
-def healthz(ctx: ContextDep, response: Response) -> Health:
-    if ctx.db.ping():
-        return Health(status="ok", database="ok")
-    response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    return Health(status="unavailable", database="unreachable")
+router = health_router(_database, tag="operations")

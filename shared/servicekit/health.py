@@ -1,0 +1,36 @@
+"""``GET /healthz`` of both services: open (no token), 200 when the database answers, 503 when it does not.
+
+A load balancer or an orchestrator's probe reads the status code; the body says which part failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from shared.protocol.schemas import Health
+from shared.servicekit.db import Database
+
+__all__ = ["health_router"]
+
+
+def health_router(database: Callable[[Request], Database], *, tag: str) -> APIRouter:
+    """A router with ``GET /healthz`` (under ``tag`` in the OpenAPI document); ``database(request)`` is the
+    service's :class:`~shared.servicekit.db.Database`."""
+    router = APIRouter(tags=[tag])
+
+    @router.get(
+        "/healthz",
+        response_model=Health,
+        summary="Liveness and database reachability",
+        responses={503: {"model": Health, "description": "The database does not answer."}},
+    )
+    def healthz(request: Request) -> Health | JSONResponse:
+        if database(request).ping():
+            return Health(status="ok", database="ok")
+        body = Health(status="unavailable", database="unreachable")
+        return JSONResponse(body.model_dump(), status_code=503)
+
+    return router
