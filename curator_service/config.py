@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field, SecretStr, field_validator
@@ -20,9 +19,8 @@ class Settings(ServiceSettings):
 
     model_config = settings_config("POBO_CURATOR_")
     service: ClassVar[str] = "curator"
+    default_port: ClassVar[int] = 8001
 
-    data_dir: Path = Field(default=Path("./pobo-data/curator"), description="Arrays, SQLite file, token.")
-    port: int = Field(default=8001, ge=0, le=65535)
     admin_token: SecretStr | None = Field(
         default=None,
         description="Admin bearer token. Unset: generated on first start into <data_dir>/admin-token (0600).",

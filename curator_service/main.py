@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 from fastapi import FastAPI
@@ -317,14 +318,5 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
     """``pobo curator serve``: settings from the environment, start-up work once, then uvicorn."""
     configure_logging()
     settings = Settings()
-    serving.serve(
-        settings,
-        service="curator",
-        logger=logger,
-        host=host,
-        port=port,
-        workers=workers,
-        single_app=lambda: create_app(settings),
-        before_workers=lambda: start_up(settings),
-        factory="curator_service.main:worker_app",
-    )
+    app, start = partial(create_app, settings), partial(start_up, settings)
+    serving.serve(settings, (host, port, workers), single_app=app, before_workers=start)

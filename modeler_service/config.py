@@ -21,9 +21,8 @@ class Settings(ServiceSettings):
 
     model_config = settings_config("POBO_MODELER_")
     service: ClassVar[str] = "modeler"
+    default_port: ClassVar[int] = 8002
 
-    data_dir: Path = Field(default=Path("./pobo-data/modeler"), description="Z arrays, SQLite file, secrets.")
-    port: int = Field(default=8002, ge=0, le=65535)
     token: SecretStr | None = Field(
         default=None,
         description="Bearer token of the modeler API. Unset: generated on first start into <data_dir>/token "

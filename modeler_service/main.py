@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from cryptography.fernet import Fernet
 from fastapi import FastAPI
@@ -212,15 +213,11 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
     def before_workers() -> None:
         os.environ[RECOVERED_ENV] = start_up(settings).to_env()  # inherited by the spawned workers
 
+    app = partial(create_app, settings)
     serving.serve(
         settings,
-        service="modeler",
-        logger=log,
-        host=host,
-        port=port,
-        workers=workers,
-        single_app=lambda: create_app(settings),
+        (host, port, workers),
+        single_app=app,
         before_workers=before_workers,
-        factory="modeler_service.main:worker_app",
         access_log=settings.access_log,
     )

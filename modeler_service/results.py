@@ -26,26 +26,33 @@ def _number(details: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+#: Audit entry columns published under their own names.
+_ENTRY_FIELDS = (
+    "seq",
+    "at",
+    "round",
+    "request",
+    "kind",
+    "y",
+    "curator_query_id",
+    "hash_version",
+    "prev_hash",
+    "hash",
+)
+#: Numbers a strategy may report in ``details`` that API v1 publishes as fields of their own.
+_V1_NUMBERS = ("acquisition", "beta", "mean", "std")
+
+
 def _entry_public(e: AuditEntry) -> AuditEntryPublic:
     details = dict(e.details or {})
-    return AuditEntryPublic(
-        seq=e.seq,
-        at=e.at,
-        iteration=e.seq,
-        round=e.round,
-        request=e.request,
-        kind=e.kind,  # type: ignore[arg-type]
-        index=e.row_index,
-        y=e.y,
-        details=details,
-        acquisition=_number(details, "acquisition"),
-        beta=_number(details, "beta"),
-        mean=_number(details, "mean"),
-        std=_number(details, "std"),
-        curator_query_id=e.curator_query_id,
-        hash_version=e.hash_version,
-        prev_hash=e.prev_hash,
-        hash=e.hash,
+    return AuditEntryPublic.model_validate(
+        {
+            **{key: getattr(e, key) for key in _ENTRY_FIELDS},
+            "iteration": e.seq,
+            "index": e.row_index,
+            "details": details,
+            **{key: _number(details, key) for key in _V1_NUMBERS},
+        }
     )
 
 

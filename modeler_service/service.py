@@ -46,6 +46,15 @@ from shared.protocol.client import CuratorError, ReleaseIntegrityError
 
 log = logging.getLogger("pobo.modeler")
 
+#: The release's public parameters a study keeps, as ``release_<name>`` columns.
+RELEASE_FIELDS = ("epsilon", "delta", "mechanism", "formal_guarantee", "noise_std", "lift", "omega")
+
+#: Study columns published under their own names.
+_STUDY_FIELDS = (
+    *("id", "status", "release_id", "curator_url", "n", "r", "strategy", "iterations_total"),
+    *("iterations_done", "rounds_done", "run_target", "error", "retry_at", "created_at", "updated_at"),
+)
+
 #: Study statuses from which a new run or step may start.
 STARTABLE = ("ready", "failed")
 
@@ -114,13 +123,7 @@ def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
         release_id=body.release_id,
         n=n,
         r=r,
-        release_epsilon=release.epsilon,
-        release_delta=release.delta,
-        release_mechanism=release.mechanism,
-        release_formal_guarantee=release.formal_guarantee,
-        release_noise_std=release.noise_std,
-        release_lift=release.lift,
-        release_omega=release.omega,
+        **{f"release_{key}": getattr(release, key) for key in RELEASE_FIELDS},
         z_file=str(z_file),
         z_sha256=digest,
         strategy=body.strategy,
@@ -161,40 +164,22 @@ def to_public(study: Study) -> StudyPublic:
                 index=first.index,
                 curator_query_id=first.query_id,
             )
-    return StudyPublic(
-        id=study.id,
-        status=study.status,  # type: ignore[arg-type]
-        release_id=study.release_id,
-        curator_url=study.curator_url,
-        n=study.n,
-        r=study.r,
-        strategy=study.strategy,
-        strategy_params=dict(study.strategy_params or {}),
-        iterations_total=study.iterations_total,
-        iterations_done=study.iterations_done,
-        rounds_done=study.rounds_done,
-        run_target=study.run_target,
-        best=best,
-        pending=pending,
-        pending_round=pending_round,
-        error=study.error,
-        retry_at=study.retry_at,
-        retry_attempts=study.retry_attempts or 0,
-        release=ReleaseInfo(
-            id=study.release_id,
-            n=study.n,
-            r=study.r,
-            epsilon=study.release_epsilon,
-            delta=study.release_delta,
-            mechanism=study.release_mechanism,  # type: ignore[arg-type]
-            formal_guarantee=study.release_formal_guarantee,
-            noise_std=study.release_noise_std,
-            lift=study.release_lift,
-            omega=study.release_omega,
-            sha256=study.z_sha256,
-        ),
-        created_at=study.created_at,
-        updated_at=study.updated_at,
+    return StudyPublic.model_validate(
+        {
+            **{key: getattr(study, key) for key in _STUDY_FIELDS},
+            "strategy_params": dict(study.strategy_params or {}),
+            "retry_attempts": study.retry_attempts or 0,
+            "best": best,
+            "pending": pending,
+            "pending_round": pending_round,
+            "release": ReleaseInfo(
+                id=study.release_id,
+                n=study.n,
+                r=study.r,
+                sha256=study.z_sha256,
+                **{key: getattr(study, f"release_{key}") for key in RELEASE_FIELDS},
+            ),
+        }
     )
 
 

@@ -18,7 +18,7 @@ import signal
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pydantic import SecretStr
 
@@ -173,6 +173,7 @@ def run(
 class ServiceSettings(Protocol):
     """What ``serve`` reads of either service's settings."""
 
+    service: ClassVar[str]
     host: str
     port: int
     workers: int
@@ -187,19 +188,20 @@ class ServiceSettings(Protocol):
 
 def serve(
     settings: ServiceSettings,
+    bind_to: tuple[str | None, int | None, int | None],
     *,
-    service: str,
-    logger: logging.Logger,
-    host: str | None,
-    port: int | None,
-    workers: int | None,
     single_app: Callable[[], Any],
-    before_workers: Callable[[], None],
-    factory: str,
+    before_workers: Callable[[], object],
     access_log: bool = True,
 ) -> None:
     """``pobo <service> serve``: one process (``single_app()`` builds the app, start-up work included), or
-    ``before_workers()`` (the start-up work) once, then ``workers`` processes building ``factory``."""
+    ``before_workers()`` (the start-up work) once, then ``workers`` processes, each building the app with
+    ``<service>_service.main:worker_app``. ``bind_to`` is the command line's (host, port, workers); None
+    takes the setting."""
+    service = settings.service
+    logger = logging.getLogger(f"pobo.{service}")
+    factory = f"{service}_service.main:worker_app"
+    host, port, workers = bind_to
     bind = host or settings.host
     n_workers = workers if workers is not None else settings.workers
     private_data_dir(settings.data_dir, logger, variable=f"POBO_{service.upper()}_DATA_DIR")

@@ -1,8 +1,8 @@
 """What the two services' settings have in common: a pydantic-settings base class and secret files.
 
 Each service subclasses :class:`ServiceSettings`, sets ``model_config = settings_config(<its prefix>)``
-(``POBO_CURATOR_``, ``POBO_MODELER_``) and ``service`` (its name), gives ``data_dir`` and ``port`` their
-defaults, and adds its own settings. Secrets may also come from files in ``/run/secrets`` (Docker and
+(``POBO_CURATOR_``, ``POBO_MODELER_``), ``service`` (its name) and ``default_port``, and adds its own
+settings. Secrets may also come from files in ``/run/secrets`` (Docker and
 compose secrets) when that directory exists; values are ``SecretStr`` so their ``repr`` never shows them.
 """
 
@@ -13,7 +13,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,17 +43,33 @@ class ServiceSettings(BaseSettings):
     """The settings both services have; a subclass sets ``model_config = settings_config(<prefix>)`` and
     ``service``."""
 
-    #: The service's name ("curator"): its messages say "pobo <service>", its SQLite file is <service>.db.
+    #: The service's name ("curator"): its messages say "pobo <service>", its SQLite file is <service>.db,
+    #: its data dir defaults to ./pobo-data/<service>.
     service: ClassVar[str]
+    #: The port it listens on by default (8001 the curator, 8002 the modeler).
+    default_port: ClassVar[int]
 
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL. Default: a SQLite file in the data dir (curator.db, modeler.db; WAL "
         "mode). PostgreSQL: postgresql+psycopg://user@host:5432/db",
     )
-    data_dir: Path = Field(description="Where the service keeps its files (arrays, SQLite file, secrets).")
+    data_dir: Path = Field(
+        default=Path("./pobo-data"),  # each service's own: ./pobo-data/<service> (__pydantic_init_subclass__)
+        description="Where the service keeps its files (arrays, SQLite file, tokens and keys).",
+    )
     host: str = "127.0.0.1"
-    port: int = Field(ge=0, le=65535)
+    port: int = Field(default=0, ge=0, le=65535)  # each service's own: default_port
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Give a service's settings its own defaults of ``data_dir`` and ``port``."""
+        super().__pydantic_init_subclass__(**kwargs)
+        if "service" in cls.__dict__:
+            cls.model_fields["data_dir"].default = Path(f"./pobo-data/{cls.service}")
+            cls.model_fields["port"].default = cls.default_port
+            cls.model_rebuild(force=True)
+
     workers: int = Field(default=1, ge=1, le=64, description=WORKERS_HELP)
     max_json_bytes: int = Field(
         default=1 * 2**20,

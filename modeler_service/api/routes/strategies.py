@@ -10,9 +10,7 @@ from modeler_service.schemas import StrategiesPublic
 router = APIRouter(prefix="/v1/strategies", tags=["strategies"])
 
 
-@router.get(
-    "", response_model=StrategiesPublic, summary="The strategies a study can run, with their parameters"
-)
+@router.get("", summary="The strategies a study can run, with their parameters")
 def list_strategies() -> StrategiesPublic:
     """Each strategy's name, description and the JSON schema of its ``strategy_params`` (what
     ``POST /v1/studies`` validates them against)."""

@@ -37,7 +37,6 @@ _ERRORS: dict[int | str, dict[str, str]] = {
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=StudyPublic,
     summary="Create a study over a curator release",
     responses={
         404: {"description": "The curator has no such release"},
@@ -52,24 +51,18 @@ def create_study(body: StudyCreate, session: SessionDep, ctx: ContextDep) -> Stu
     return service.to_public(service.create_study(session, ctx, body))
 
 
-@router.get("", response_model=StudiesPublic, summary="List studies")
+@router.get("", summary="List studies")
 def list_studies(session: SessionDep) -> StudiesPublic:
     return service.list_studies(session)
 
 
-@router.get(
-    "/{study_id}",
-    response_model=StudyPublic,
-    summary="A study: status, progress, best row",
-    responses=_ERRORS,
-)
+@router.get("/{study_id}", summary="A study: status, progress, best row", responses=_ERRORS)
 def get_study(study_id: str, session: SessionDep) -> StudyPublic:
     return service.to_public(service.get_study(session, study_id))
 
 
 @router.post(
     "/{study_id}/step",
-    response_model=StepResult,
     summary="One iteration: suggest -> curator query -> observe",
     responses={**_ERRORS, 429: {"description": "The curator's query quota is used up"}},
 )
@@ -96,7 +89,6 @@ def step(study_id: str, components: ComponentsDep) -> StepResult:
 @router.post(
     "/{study_id}/run",
     status_code=status.HTTP_202_ACCEPTED,
-    response_model=RunAccepted,
     summary="Run iterations in the background",
     responses={**_ERRORS, 422: {"description": "More iterations than the budget has left"}},
 )
@@ -143,7 +135,6 @@ def audit(
 
 @router.get(
     "/{study_id}/audit/verify",
-    response_model=AuditVerification,
     summary="Recompute the hash chain; report the first bad entry",
     responses=_ERRORS,
 )
