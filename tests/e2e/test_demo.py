@@ -39,7 +39,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert result["clean_shutdown"]  # both services stopped on SIGTERM, without needing SIGKILL
     assert (tmp_path / "out" / "plot.png").read_bytes()[:4] == b"\x89PNG"
     header = (tmp_path / "out" / "audit.csv").read_text().splitlines()[0]
-    assert header.startswith("seq,at,iteration,index,y")
+    assert header.startswith("seq,at,round,request,kind,index,y")
     assert result["runtime_s"] < 120
 
 
