@@ -116,12 +116,12 @@ class Stepper:
                 queries.append(query)
         except CuratorError as exc:
             raise upstream(exc, what) from exc
-        if any(q.status != "complete" for q in queries) or any(r.query_id is None for r in intent.requests):
-            intent = intent.with_query_ids(queries)
-            awaiting = any(q.status != "complete" for q in queries)
-            with transaction(ctx.db) as session:
-                repo.set_pending_round(session, study_id, intent.to_json(), awaiting=awaiting)
         if any(q.status != "complete" for q in queries):
+            # the round waits for a measurement: its query ids join the intent (shown in the study, and
+            # the wait is resumed by id); an answered round goes straight to its record below
+            intent = intent.with_query_ids(queries)
+            with transaction(ctx.db) as session:
+                repo.set_pending_round(session, study_id, intent.to_json(), awaiting=True)
             if not wait:
                 return self._result(
                     intent, study, queries, plan_s, time.perf_counter() - t_curator, db_s, t_start

@@ -238,7 +238,7 @@ def _run_load(
     with CuratorClient(curator.url, admin_token) as admin:
         dataset = admin.upload_dataset(csv, name="load", objective="objective")
         # the default Gaussian release (projected to r dimensions when r < d)
-        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4, r=r if r < d else None)
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-6, r=r if r < d else None)
         partner = admin.create_partner("load", release_ids=[release.id], max_queries=studies * iterations + 1)
     with CuratorClient(curator.url, partner.token) as as_partner:
         lengthscale = median_distance(as_partner.release_rows(release.id))

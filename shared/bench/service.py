@@ -72,7 +72,7 @@ def measure(
             with CuratorClient(curator.url, admin_token) as admin:
                 ds = admin.upload_dataset(csv, name="bench", objective="objective")
                 # the default Gaussian release (projected to r dimensions when r < d)
-                rel = admin.create_release(ds.id, epsilon=1.0, delta=1e-4, r=r if r < d else None)
+                rel = admin.create_release(ds.id, epsilon=1.0, delta=1e-6, r=r if r < d else None)
                 partner = admin.create_partner(
                     "bench", release_ids=[rel.id], max_queries=iterations * studies + 10
                 )

@@ -45,7 +45,10 @@ class Services:
         )
 
     def new_modeler(self, **extra_env: str) -> ServiceProcess:
-        """A new modeler process on the same data dir and database (a restart)."""
+        """A new modeler process on the same data dir and database (a restart). The previous one is stopped
+        first if it still runs (a test that killed it has nothing left to stop), so that no process
+        outlives its test."""
+        self.modeler.stop()
         env = modeler_env(self.tmp / "modeler", self.modeler_token, self.modeler_db, **extra_env)
         self.modeler = ServiceProcess(
             "modeler", port=free_port(), env=env, log_path=self.tmp / "modeler.log", workers=self.workers

@@ -30,6 +30,38 @@ depends_on: str | Sequence[str] | None = None
 
 _STRATEGY_COLUMNS = ("delta_prime", "hyperparameters", "initial_points", "exclude_queried")
 
+#: Both layouts' columns, for the data moves (each statement names only the columns that exist then).
+studies = sa.table(
+    "modeler_studies",
+    sa.column("id", sa.String),
+    sa.column("delta_prime", sa.Double),
+    sa.column("hyperparameters", sa.JSON),
+    sa.column("initial_points", sa.Integer),
+    sa.column("exclude_queried", sa.Boolean),
+    sa.column("initial_indices", sa.JSON),
+    sa.column("iterations_done", sa.Integer),
+    sa.column("pending_iteration", sa.Integer),
+    sa.column("pending_index", sa.Integer),
+    sa.column("pending_suggestion", sa.JSON(none_as_null=True)),
+    sa.column("pending_query_id", sa.Integer),
+    sa.column("strategy_params", sa.JSON),
+    sa.column("strategy_state", sa.JSON),
+    sa.column("rounds_done", sa.Integer),
+    sa.column("pending_round", sa.JSON(none_as_null=True)),
+)
+entries = sa.table(
+    "modeler_audit_entries",
+    sa.column("id", sa.Integer),
+    sa.column("seq", sa.Integer),
+    sa.column("iteration", sa.Integer),
+    sa.column("source", sa.String),
+    *(sa.column(c, sa.Double) for c in ("acquisition", "beta", "mean", "std")),
+    sa.column("hyperparameters", sa.Text),
+    sa.column("round", sa.Integer),
+    sa.column("details", sa.JSON),
+    sa.column("hash_version", sa.Integer),
+)
+
 
 def _float_back(value: Any) -> Any:
     """The stored hyper-parameters are canonical JSON with floats as repr strings: back to floats."""
@@ -59,25 +91,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("details", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("hash_version", sa.Integer(), nullable=False, server_default="2"))
 
-    studies = sa.table(
-        "modeler_studies",
-        sa.column("id", sa.String),
-        sa.column("delta_prime", sa.Double),
-        sa.column("hyperparameters", sa.JSON),
-        sa.column("initial_points", sa.Integer),
-        sa.column("exclude_queried", sa.Boolean),
-        sa.column("initial_indices", sa.JSON),
-        sa.column("iterations_done", sa.Integer),
-        sa.column("pending_iteration", sa.Integer),
-        sa.column("pending_index", sa.Integer),
-        sa.column("pending_suggestion", sa.JSON),
-        sa.column("pending_query_id", sa.Integer),
-        sa.column("strategy_params", sa.JSON),
-        sa.column("strategy_state", sa.JSON),
-        sa.column("rounds_done", sa.Integer),
-        sa.column("pending_round", sa.JSON(none_as_null=True)),
-    )
-    for row in conn.execute(sa.select(studies)).mappings().all():
+    old_columns = ("id", *_STRATEGY_COLUMNS, "initial_indices", "iterations_done", "pending_iteration")
+    old_columns += ("pending_index", "pending_suggestion", "pending_query_id")
+    for row in conn.execute(sa.select(*(studies.c[c] for c in old_columns))).mappings().all():
         pending = None
         if row["pending_iteration"] is not None and row["pending_index"] is not None:
             k = int(row["pending_iteration"])
@@ -110,21 +126,8 @@ def upgrade() -> None:
             )
         )
 
-    entries = sa.table(
-        "modeler_audit_entries",
-        sa.column("id", sa.Integer),
-        sa.column("iteration", sa.Integer),
-        sa.column("source", sa.String),
-        sa.column("acquisition", sa.Double),
-        sa.column("beta", sa.Double),
-        sa.column("mean", sa.Double),
-        sa.column("std", sa.Double),
-        sa.column("hyperparameters", sa.Text),
-        sa.column("round", sa.Integer),
-        sa.column("details", sa.JSON),
-        sa.column("hash_version", sa.Integer),
-    )
-    for row in conn.execute(sa.select(entries)).mappings().all():
+    old_entry = ("id", "iteration", "source", "acquisition", "beta", "mean", "std", "hyperparameters")
+    for row in conn.execute(sa.select(*(entries.c[c] for c in old_entry))).mappings().all():
         details = {
             "source": row["source"],
             "acquisition": float(row["acquisition"]),
@@ -183,23 +186,8 @@ def downgrade() -> None:
         batch.add_column(sa.Column("pending_index", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("pending_suggestion", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("pending_query_id", sa.Integer(), nullable=True))
-    studies = sa.table(
-        "modeler_studies",
-        sa.column("id", sa.String),
-        sa.column("strategy_params", sa.JSON),
-        sa.column("strategy_state", sa.JSON),
-        sa.column("pending_round", sa.JSON(none_as_null=True)),
-        sa.column("delta_prime", sa.Double),
-        sa.column("hyperparameters", sa.JSON),
-        sa.column("initial_points", sa.Integer),
-        sa.column("exclude_queried", sa.Boolean),
-        sa.column("initial_indices", sa.JSON),
-        sa.column("pending_iteration", sa.Integer),
-        sa.column("pending_index", sa.Integer),
-        sa.column("pending_suggestion", sa.JSON(none_as_null=True)),
-        sa.column("pending_query_id", sa.Integer),
-    )
-    for row in conn.execute(sa.select(studies)).mappings().all():
+    new_columns = ("id", "strategy_params", "strategy_state", "pending_round")
+    for row in conn.execute(sa.select(*(studies.c[c] for c in new_columns))).mappings().all():
         params, state, pending = (row[c] for c in ("strategy_params", "strategy_state", "pending_round"))
         request = pending["requests"][0] if pending else None
         conn.execute(
@@ -227,17 +215,7 @@ def downgrade() -> None:
             batch.add_column(sa.Column(column, sa.Double(), nullable=True))
         batch.add_column(sa.Column("source", sa.String(length=16), nullable=True))
         batch.add_column(sa.Column("hyperparameters", sa.Text(), nullable=True))
-    entries = sa.table(
-        "modeler_audit_entries",
-        sa.column("id", sa.Integer),
-        sa.column("seq", sa.Integer),
-        sa.column("details", sa.JSON),
-        sa.column("iteration", sa.Integer),
-        sa.column("source", sa.String),
-        *(sa.column(c, sa.Double) for c in ("acquisition", "beta", "mean", "std")),
-        sa.column("hyperparameters", sa.Text),
-    )
-    for row in conn.execute(sa.select(entries)).mappings().all():
+    for row in conn.execute(sa.select(entries.c.id, entries.c.seq, entries.c.details)).mappings().all():
         d = row["details"]
         hp = json.dumps(_canonical(d["hyperparameters"]), sort_keys=True, separators=(",", ":"))
         conn.execute(

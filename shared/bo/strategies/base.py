@@ -11,6 +11,7 @@ them in the audit log and hands them back to the strategy::
     ...the curator answers each request...
     s.observe([Answer(request, y), ...])                 # the whole round at once
     s       = Strategy.from_history(Z, params, state, rounds)   # after a restart: the same state again
+                                                                # (``replay``: override to be faster)
 
 ``details`` is a JSON-serialisable dict per request: the numbers that justify the choice (acquisition value,
 beta, posterior mean and std, hyper-parameters, ...). The modeler stores it in the hash-chained audit entry
@@ -125,11 +126,15 @@ class Strategy(ABC):
         state: Mapping[str, Any],
         rounds: Sequence[Sequence[Answer]],
     ) -> Self:
-        """The strategy in the state it reaches after observing ``rounds`` in order (override: faster)."""
+        """The strategy in the state it reaches after observing ``rounds`` in order."""
         strategy = cls(Z, params, state)
-        for answers in rounds:
-            strategy.observe(answers)
+        strategy.replay(rounds)
         return strategy
+
+    def replay(self, rounds: Sequence[Sequence[Answer]]) -> None:
+        """Observe ``rounds`` in order, on a fresh strategy (override to do it faster than round by round)."""
+        for answers in rounds:
+            self.observe(answers)
 
 
 REGISTRY: dict[str, type[Strategy]] = {}

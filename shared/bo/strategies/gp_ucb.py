@@ -283,17 +283,8 @@ class GPUCBStrategy(Strategy):
         for answer in answers:
             self.engine.observe(answer.request.index, answer.y)
 
-    @classmethod
-    def from_history(
-        cls,
-        Z: npt.ArrayLike,
-        params: StrategyParams,
-        state: Mapping[str, Any],
-        rounds: Sequence[Sequence[Answer]],
-    ) -> Self:
+    def replay(self, rounds: Sequence[Sequence[Answer]]) -> None:
         """One batch posterior after replaying the scheduled refits (``GPUCB.from_history``)."""
-        strategy = cls(Z, params, state)
         observations = [(a.request.index, a.y) for answers in rounds for a in answers]
-        assert isinstance(params, GPUCBParams)
-        strategy.engine = GPUCB.from_history(strategy.Z, observations, **params.engine_options())
-        return strategy
+        assert isinstance(self.params, GPUCBParams)
+        self.engine = GPUCB.from_history(self.Z, observations, **self.params.engine_options())

@@ -10,7 +10,7 @@ keeps no secret state of its own: its state is the set of rows queried, which ``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -67,16 +67,7 @@ class RandomRowsStrategy(Strategy):
     def observe(self, answers: Sequence[Answer]) -> None:
         self._mark([a.request.index for a in answers], [a.y for a in answers])
 
-    @classmethod
-    def from_history(
-        cls,
-        Z: npt.ArrayLike,
-        params: StrategyParams,
-        state: Mapping[str, Any],
-        rounds: Sequence[Sequence[Answer]],
-    ) -> Self:
+    def replay(self, rounds: Sequence[Sequence[Answer]]) -> None:
         """The rows queried in ``rounds``, marked at once."""
-        strategy = cls(Z, params, state)
         answers = [a for round_ in rounds for a in round_]
-        strategy._mark([a.request.index for a in answers], [a.y for a in answers])
-        return strategy
+        self._mark([a.request.index for a in answers], [a.y for a in answers])
