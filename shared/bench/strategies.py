@@ -28,6 +28,7 @@ from shared.bench.synthetic import (
     _grid_factor,
     grid_inputs,
     sample_f,
+    save_figure,
 )
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
 from shared.privacy.gaussian import gaussian_release
@@ -328,8 +329,4 @@ def plot_strategies(report: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("simple regret (units of sigma_y)")
         axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

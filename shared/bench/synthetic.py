@@ -31,8 +31,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -366,11 +367,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("simple regret S_t (units of sigma_y)")
         axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def main(
@@ -388,7 +385,6 @@ def main(
     """The paper's experiment; with ``strategies``, the registry strategy comparison instead."""
     from rich.console import Console
     from rich.markdown import Markdown
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if quick:
         runs = min(runs, 2)
@@ -401,14 +397,7 @@ def main(
             strategy_table,
         )
 
-        with Progress(
-            TextColumn("[bold]strategies[/] runs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as bar:
-            task = bar.add_task("runs", total=runs)
+        with _progress(console, "strategies", runs) as advance:
             report = run_strategy_benchmark(
                 runs,
                 strategies=strategies,
@@ -417,7 +406,7 @@ def main(
                 quick=quick,
                 seed=seed,
                 workers=workers,
-                progress=lambda: bar.advance(task),
+                progress=advance,
             )
         console.print(strategy_table(report))
         _write(report, strategy_markdown(report), json_path)
@@ -425,17 +414,8 @@ def main(
             plot_strategies(report, plot_path)
         return report
     n_settings = len(settings(quick))
-    with Progress(
-        TextColumn("[bold]synthetic GP[/] runs"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bar:
-        task = bar.add_task("runs", total=runs)
-        report = run_benchmark(
-            runs, quick=quick, seed=seed, workers=workers, progress=lambda: bar.advance(task)
-        )
+    with _progress(console, "synthetic GP", runs) as advance:
+        report = run_benchmark(runs, quick=quick, seed=seed, workers=workers, progress=advance)
     md = markdown(report)
     console.print(Markdown(md))
     console.print(f"{n_settings} settings x {runs} runs")
@@ -443,6 +423,28 @@ def main(
     if plot_path:
         plot(report, plot_path)
     return report
+
+
+@contextmanager
+def _progress(console: Any, label: str, runs: int) -> Iterator[Callable[[], None]]:
+    """A rich progress bar over ``runs``; yields the callback that advances it by one run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(TextColumn(f"[bold]{label}[/] runs"), *columns, console=console) as bar:
+        task = bar.add_task("runs", total=runs)
+        yield lambda: bar.advance(task)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure as PNG to a temporary name, then rename (never a half-written plot)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    os.replace(tmp, path)
 
 
 def _write(report: dict[str, Any], md: str, json_path: Path | None) -> None:
