@@ -35,6 +35,7 @@ import numpy as np
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian
 from scipy import stats
 
+from shared.privacy.ctl import CTL
 from shared.privacy.gaussian import calibrate, gaussian_release
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rows import FloatArray
@@ -45,6 +46,7 @@ __all__ = [
     "Mechanism",
     "choose_threshold",
     "clopper_pearson_upper",
+    "ctl_mechanism",
     "epsilon_lower_bound",
     "gaussian_mechanism",
     "neighbouring_pair",
@@ -280,9 +282,41 @@ def po_gp_ucb_mechanism(
     )
 
 
+def ctl_mechanism(
+    *, epsilon: float = 1.0, B: float = 1.0, R: float = 1.0, run_scale: float | None = None
+) -> Mechanism:
+    """CTL(epsilon), the output mechanism (LDP-BO, Lemma 1), on the two outcomes furthest apart.
+
+    Neighbours: the person's outcome is y = +10 (B + R) or y = -10 (B + R): clipping brings both to the
+    ends of [-(B + R), B + R], the largest difference the claim covers (and a mechanism that forgot to clip
+    would be caught). Distinguisher: the likelihood-ratio test. Between Laplace laws centred at -b and +b
+    (b = B + R) the likelihood ratio is exp((|a + b| - |a - b|) / scale), a monotone function of the answer
+    a clipped to [-b, b]; it is flat beyond, so the statistic is that clipped answer. ``run_scale``
+    runs OpenDP's sampler at another scale than the claim needs: the control the audit must catch. The noise
+    comes from OpenDP's OS-seeded generator, so the trials cannot be seeded: the bound holds for any draw.
+    """
+    ctl = CTL(epsilon, B=B, R=R)
+    runs = ctl if run_scale is None else CTL(ctl.sensitivity / run_scale, B=B, R=R)
+    far = 10.0 * ctl.bound
+
+    def scores(neighbour: bool, trials: int, rng: np.random.Generator) -> FloatArray:
+        answers: FloatArray = runs.privatise(np.full(trials, far if neighbour else -far))
+        return np.clip(answers, -ctl.bound, ctl.bound)
+
+    return Mechanism(
+        name="ctl (output privacy)" if run_scale is None else "ctl with half the noise (control)",
+        claimed_epsilon=ctl.charged_epsilon,
+        delta=0.0,
+        formal_guarantee=True,
+        distinguisher="likelihood-ratio test on the answer a about one person: threshold on clip(a, -b, b)",
+        scores=scores,
+    )
+
+
 #: Every mechanism pobo ships, as ``pobo audit privacy`` runs them.
 AUDITS: dict[str, Callable[[], Mechanism]] = {
     "gaussian": gaussian_mechanism,
+    "ctl (output privacy)": ctl_mechanism,
     "po-gp-ucb (lift=auto)": lambda: po_gp_ucb_mechanism(lift="auto"),
     "po-gp-ucb (lift=always)": lambda: po_gp_ucb_mechanism(lift="always"),
 }

@@ -79,4 +79,4 @@ def test_algorithm_1_meets_a_perfect_distinguisher(lift: str) -> None:
 
 def test_every_shipped_mechanism_is_registered() -> None:
     names = {make().name for make in AUDITS.values()}
-    assert names == {"gaussian", "po-gp-ucb (lift=auto)", "po-gp-ucb (lift=always)"}
+    assert names == {"gaussian", "ctl (output privacy)", "po-gp-ucb (lift=auto)", "po-gp-ucb (lift=always)"}
