@@ -1,5 +1,5 @@
-"""Pydantic bodies of the curator API: the public ones live in ``protocol.schemas`` (clients import them);
-this module re-exports them, adds the curator-only ones and converts ORM rows to bodies."""
+"""ORM rows to the curator API's bodies. The bodies themselves are the wire schemas in
+``shared.protocol.schemas`` (clients import them too); import them from there."""
 
 from __future__ import annotations
 
@@ -7,62 +7,25 @@ from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Pop
 from curator_service.services.scaling import scaling_public
 from shared.protocol.schemas import (
     AccessLogEntry,
-    AccessLogPublic,
     DatasetPublic,
-    DatasetsPublic,
-    GrantCreate,
-    Health,
     LedgerEntryPublic,
-    LedgerPublic,
-    PartnerCreate,
-    PartnerCreated,
     PartnerPublic,
-    PartnersPublic,
-    PopulationBudget,
     PopulationPublic,
-    PopulationsPublic,
-    PrivacyReport,
-    PrivacyRow,
-    QueriesPublic,
-    QueryCreate,
     QueryPublic,
-    QueryResult,
-    ReleaseCreate,
     ReleaseDetail,
     ReleasePublic,
-    ReleaseRows,
-    ReleasesPublic,
     ScalingInfo,
 )
 
 __all__ = [
-    "AccessLogEntry",
-    "AccessLogPublic",
-    "DatasetPublic",
-    "DatasetsPublic",
-    "GrantCreate",
-    "Health",
-    "LedgerEntryPublic",
-    "LedgerPublic",
-    "PartnerCreate",
-    "PartnerCreated",
-    "PartnerPublic",
-    "PartnersPublic",
-    "PopulationBudget",
-    "PopulationPublic",
-    "PopulationsPublic",
-    "PrivacyReport",
-    "PrivacyRow",
-    "QueriesPublic",
-    "QueryCreate",
-    "QueryPublic",
-    "QueryResult",
-    "ReleaseCreate",
-    "ReleaseDetail",
-    "ReleasePublic",
-    "ReleaseRows",
-    "ReleasesPublic",
-    "ScalingInfo",
+    "access_entry",
+    "dataset_public",
+    "ledger_entry_public",
+    "partner_public",
+    "population_public",
+    "query_public",
+    "release_detail",
+    "release_public",
 ]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -13,18 +12,13 @@ from sqlalchemy.orm import Session
 from modeler_service import repository as repo
 from modeler_service.audit import verify_chain
 from modeler_service.models import AuditEntry
+from modeler_service.rounds import v1_numbers
 from modeler_service.schemas import (
     AuditEntryPublic,
     AuditLog,
     AuditVerification,
 )
 from modeler_service.service import get_study
-
-
-def _number(details: dict[str, Any], key: str) -> float | None:
-    value = details.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
 
 #: Audit entry columns published under their own names.
 _ENTRY_FIELDS = (
@@ -39,8 +33,6 @@ _ENTRY_FIELDS = (
     "prev_hash",
     "hash",
 )
-#: Numbers a strategy may report in ``details`` that API v1 publishes as fields of their own.
-_V1_NUMBERS = ("acquisition", "beta", "mean", "std")
 
 
 def _entry_public(e: AuditEntry) -> AuditEntryPublic:
@@ -51,7 +43,7 @@ def _entry_public(e: AuditEntry) -> AuditEntryPublic:
             "iteration": e.seq,
             "index": e.row_index,
             "details": details,
-            **{key: _number(details, key) for key in _V1_NUMBERS},
+            **v1_numbers(details),
         }
     )
 

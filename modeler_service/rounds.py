@@ -80,6 +80,21 @@ class RoundIntent:
         )
 
 
+#: Numbers a strategy may report in ``details`` that API v1 publishes as fields of their own (a step's and
+#: an audit entry's ``acquisition``, ``beta``, ``mean``, ``std``).
+V1_NUMBERS = ("acquisition", "beta", "mean", "std")
+
+
+def v1_numbers(details: dict[str, Any]) -> dict[str, float | None]:
+    """The API v1 fields a request's ``details`` fill (None where the strategy reports no such number)."""
+    out: dict[str, float | None] = {}
+    for key in V1_NUMBERS:
+        value = details.get(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        out[key] = float(value) if ok else None  # type: ignore[arg-type]
+    return out
+
+
 # ------------------------------------------------------------------------------------------ strategies
 
 

@@ -185,10 +185,7 @@ class Stepper:
             iteration=study.iterations_done + len(public),
             index=single.index if single is not None else None,
             y=single.y if single is not None else None,
-            acquisition=_number(details.get("acquisition")),
-            beta=_number(details.get("beta")),
-            mean=_number(details.get("mean")),
-            std=_number(details.get("std")),
+            **rounds.v1_numbers(details),
             source=str(details["source"]) if "source" in details else None,
             curator_query_id=single.curator_query_id if single is not None else None,
             timings=StepTimings(
@@ -206,10 +203,6 @@ def _budget(study: Study, settle_at: int | None, claim: bool) -> int:
     if not claim and settle_at is not None and settle_at > 0:
         limit = min(limit, settle_at)
     return max(1, limit - study.iterations_done)
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class RunnerRegistry:

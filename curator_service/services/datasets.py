@@ -17,10 +17,11 @@ from curator_service.db import Database
 from curator_service.exceptions import InvalidInput, NotFound, PayloadTooLarge
 from curator_service.fingerprint import FingerprintBuilder
 from curator_service.models import Dataset
-from curator_service.schemas import DatasetPublic, dataset_public
+from curator_service.schemas import dataset_public
 from curator_service.services import populations
 from curator_service.services.scaling import parse_scaling, positive_finite
 from curator_service.storage import ArrayStore
+from shared.protocol.schemas import DatasetPublic
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,9 @@ from curator_service import repository as repo
 from curator_service.exceptions import Conflict, NotFound
 from curator_service.fingerprint import Fingerprint, same_people
 from curator_service.models import LedgerEntry, Population
-from curator_service.schemas import (
-    LedgerPublic,
-    PopulationBudget,
-    PopulationPublic,
-    ledger_entry_public,
-    population_public,
-)
+from curator_service.schemas import ledger_entry_public, population_public
 from shared.privacy.accounting import Charge, pld_composition
+from shared.protocol.schemas import LedgerPublic, PopulationBudget, PopulationPublic
 
 _MATCH = {
     "identical": "the same rows as dataset {id}",

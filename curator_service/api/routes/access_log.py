@@ -7,8 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from curator_service.api.deps import AdminDep, SessionDep
-from curator_service.schemas import AccessLogPublic, access_entry
+from curator_service.schemas import access_entry
 from curator_service.services import access_log as access_service
+from shared.protocol.schemas import AccessLogPublic
 
 router = APIRouter(tags=["access log"])
 

@@ -7,16 +7,18 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, File, Form, Query, UploadFile
 
 from curator_service.api.deps import AdminDep, ComponentsDep, RowId, SessionDep
-from curator_service.schemas import (
+from curator_service.services import datasets as dataset_service
+from curator_service.services import populations as population_service
+from curator_service.services import privacy as privacy_service
+from shared.protocol.schemas import (
+    DELTA_MIN,
+    EPSILON_MAX,
+    EPSILON_MIN,
     DatasetPublic,
     DatasetsPublic,
     LedgerPublic,
     PrivacyReport,
 )
-from curator_service.services import datasets as dataset_service
-from curator_service.services import populations as population_service
-from curator_service.services import privacy as privacy_service
-from shared.protocol.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN
 
 router = APIRouter(tags=["datasets"])
 

@@ -7,15 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from curator_service.api.deps import AdminDep, PartnerDep, RowId, SessionDep
-from curator_service.schemas import (
-    GrantCreate,
-    PartnerCreate,
-    PartnerCreated,
-    PartnerPublic,
-    PartnersPublic,
-    partner_public,
-)
+from curator_service.schemas import partner_public
 from curator_service.services import partners as partner_service
+from shared.protocol.schemas import GrantCreate, PartnerCreate, PartnerCreated, PartnerPublic, PartnersPublic
 
 router = APIRouter(tags=["partners"])
 _ERRORS: dict[int | str, dict[str, Any]] = {

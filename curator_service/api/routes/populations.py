@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from curator_service.api.deps import AdminDep, RowId, SessionDep
-from curator_service.schemas import LedgerPublic, PopulationPublic, PopulationsPublic
 from curator_service.services import populations as population_service
+from shared.protocol.schemas import LedgerPublic, PopulationPublic, PopulationsPublic
 
 router = APIRouter(tags=["populations"])
 

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, RowId, SessionDep
-from curator_service.schemas import QueriesPublic, QueryCreate, QueryPublic, QueryResult, query_public
+from curator_service.schemas import query_public
 from curator_service.services import queries as query_service
-from shared.protocol.schemas import QueryLogVerification
+from shared.protocol.schemas import QueriesPublic, QueryCreate, QueryLogVerification, QueryPublic, QueryResult
 
 router = APIRouter(tags=["queries"])
 

@@ -9,16 +9,9 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, Response
 
 from curator_service.api.deps import AdminDep, ComponentsDep, PrincipalDep, RowId, SessionDep
-from curator_service.schemas import (
-    ReleaseCreate,
-    ReleaseDetail,
-    ReleasePublic,
-    ReleaseRows,
-    ReleasesPublic,
-    release_detail,
-    release_public,
-)
+from curator_service.schemas import release_detail, release_public
 from curator_service.services import releases as release_service
+from shared.protocol.schemas import ReleaseCreate, ReleaseDetail, ReleasePublic, ReleaseRows, ReleasesPublic
 
 router = APIRouter(tags=["releases"])
 
