@@ -147,6 +147,9 @@ class Partner(Base):
     queries_used: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
+    #: Output privacy of every outcome answered to this partner (``services.outputs.OutputPolicy`` as a
+    #: dict: epsilon, B, R, fresh_repeats, max_epsilon_per_row, store_raw, charged_epsilon); NULL: raw y.
+    output_privacy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Grant(Base):
@@ -183,6 +186,40 @@ class Query(Base):
     chain_seq: Mapped[int | None]
     prev_hash: Mapped[str | None] = mapped_column(String(64))
     hash: Mapped[str | None] = mapped_column(String(64))
+    # Output privacy (migration 0004). ``output_key`` names the privatised answer a query is about (dataset,
+    # row and CTL parameters); a repeat under a cached-answer grant points at the query that drew the noise
+    # (``source_query_id``) and is answered with its value, at no cost. ``charged_epsilon``: what this answer
+    # cost its person (0 for a cached repeat, NULL for a raw answer). ``y_raw``: the measured outcome, kept
+    # only when the grant opted in (``store_raw``); never shown to a partner.
+    output_key: Mapped[str | None] = mapped_column(String(120), index=True)
+    source_query_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    charged_epsilon: Mapped[float | None]
+    y_raw: Mapped[float | None]
+
+
+class OutputCharge(Base):
+    """One answer about one person (a dataset row): the per-person output ledger of a population.
+
+    ``epsilon`` is what the privatised answer cost that person (OpenDP's map of CTL); NULL marks an answer
+    disclosed as it is (a grant without output privacy), which leaves that person's output epsilon unbounded.
+    Cached repeats are not charged and have no entry.
+    """
+
+    __tablename__ = "curator_output_charges"
+    __table_args__ = (
+        Index("ix_curator_output_charges_population_row", "population_id", "dataset_id", "row_index"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    population_id: Mapped[int] = mapped_column(ForeignKey("curator_populations.id"))
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("curator_datasets.id"))
+    row_index: Mapped[int]
+    #: Not a foreign key on purpose: the charge outlives any change to the query log (a deleted query row
+    #: must not give its person their epsilon back).
+    query_id: Mapped[int] = mapped_column(Integer, unique=True)
+    partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"))
+    epsilon: Mapped[float | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class AccessLog(Base):

@@ -13,6 +13,7 @@ from curator_service.models import (
     Dataset,
     Grant,
     LedgerEntry,
+    OutputCharge,
     Partner,
     Population,
     Query,
@@ -247,12 +248,12 @@ def get_query_by_key(session: Session, partner_id: int, key: str) -> Query | Non
     return session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
 
 
-def complete_query(session: Session, query_id: int, y: float) -> bool:
+def complete_query(session: Session, query_id: int, y: float, *, y_raw: float | None = None) -> bool:
     """Set the outcome of a pending query; False if it was already complete (first writer wins)."""
     result = session.execute(
         update(Query)
         .where(Query.id == query_id, Query.status == "pending")
-        .values(status="complete", y=y, completed_at=utcnow())
+        .values(status="complete", y=y, y_raw=y_raw, completed_at=utcnow())
         .execution_options(synchronize_session=False)
     )
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
@@ -271,6 +272,111 @@ def list_queries(session: Session, release_id: int, partner_id: int | None = Non
     if partner_id is not None:
         stmt = stmt.where(Query.partner_id == partner_id)
     return session.scalars(stmt.order_by(Query.id)).all()
+
+
+# ---------------------------------------------------------------------------------------- output ledger
+
+
+def first_output_answer(session: Session, output_key: str, *, exclude_id: int) -> Query | None:
+    """The query that drew the noisy answer named ``output_key`` (the first one, not a cached repeat)."""
+    stmt = (
+        select(Query)
+        .where(Query.output_key == output_key, Query.source_query_id.is_(None), Query.id != exclude_id)
+        .order_by(Query.id)
+        .limit(1)
+        .execution_options(populate_existing=True)
+    )
+    return session.scalars(stmt).first()
+
+
+def pending_repeats(session: Session, source_id: int) -> list[int]:
+    """Cached repeats still waiting for the answer of query ``source_id``."""
+    stmt = select(Query.id).where(Query.source_query_id == source_id, Query.status == "pending")
+    return list(session.scalars(stmt.order_by(Query.id)))
+
+
+def _row_totals(population_id: int):  # type: ignore[no-untyped-def]
+    """Per (dataset, row): answers, the sum of charged epsilons, and how many were raw (epsilon NULL)."""
+    return (
+        select(
+            OutputCharge.dataset_id.label("dataset_id"),
+            OutputCharge.row_index.label("row_index"),
+            func.count().label("answers"),
+            func.coalesce(func.sum(OutputCharge.epsilon), 0.0).label("epsilon"),
+            (func.count() - func.count(OutputCharge.epsilon)).label("raw"),
+        )
+        .where(OutputCharge.population_id == population_id)
+        .group_by(OutputCharge.dataset_id, OutputCharge.row_index)
+    )
+
+
+def row_output_total(session: Session, dataset_id: int, index: int) -> tuple[float, bool]:
+    """(sum of charged epsilons, any raw answer) over the answers about row ``index`` of a dataset."""
+    row = session.execute(
+        select(
+            func.coalesce(func.sum(OutputCharge.epsilon), 0.0),
+            func.count() - func.count(OutputCharge.epsilon),
+        ).where(OutputCharge.dataset_id == dataset_id, OutputCharge.row_index == index)
+    ).one()
+    return float(row[0]), int(row[1]) > 0
+
+
+def dataset_output_maxima(session: Session, population_id: int) -> dict[int, tuple[float, bool]]:
+    """Per dataset of the population: (largest row total, any row answered raw)."""
+    rows = _row_totals(population_id).subquery()
+    stmt = select(rows.c.dataset_id, func.max(rows.c.epsilon), func.max(rows.c.raw)).group_by(
+        rows.c.dataset_id
+    )
+    return {int(d): (float(m), int(r) > 0) for d, m, r in session.execute(stmt)}
+
+
+def output_rows(
+    session: Session, population_id: int, *, limit: int
+) -> list[tuple[int, int, int, float, bool]]:
+    """(dataset, row, answers, epsilon total, raw) per answered row: raw rows first, then largest totals."""
+    rows = _row_totals(population_id).subquery()
+    stmt = (
+        select(rows.c.dataset_id, rows.c.row_index, rows.c.answers, rows.c.epsilon, rows.c.raw)
+        .order_by((rows.c.raw > 0).desc(), rows.c.epsilon.desc(), rows.c.dataset_id, rows.c.row_index)
+        .limit(limit)
+    )
+    return [(int(d), int(i), int(a), float(e), int(r) > 0) for d, i, a, e, r in session.execute(stmt)]
+
+
+def output_counts(session: Session, population_id: int) -> dict[str, int]:
+    privatised, raw = session.execute(
+        select(func.count(OutputCharge.epsilon), func.count() - func.count(OutputCharge.epsilon)).where(
+            OutputCharge.population_id == population_id
+        )
+    ).one()
+    cached = session.scalar(
+        select(func.count())
+        .select_from(Query)
+        .join(Release, Release.id == Query.release_id)
+        .join(Dataset, Dataset.id == Release.dataset_id)
+        .where(Dataset.population_id == population_id, Query.source_query_id.is_not(None))
+    )
+    return {"privatised": int(privatised), "raw": int(raw), "cached": int(cached or 0)}
+
+
+def output_epsilons(session: Session, population_id: int) -> list[float]:
+    stmt = (
+        select(OutputCharge.epsilon)
+        .where(OutputCharge.population_id == population_id, OutputCharge.epsilon.is_not(None))
+        .distinct()
+    )
+    return sorted(float(e) for e in session.scalars(stmt))
+
+
+def partners_answering(session: Session, population_id: int) -> Sequence[Partner]:
+    """Partners granted a release of one of the population's datasets."""
+    granted = (
+        select(Grant.partner_id)
+        .join(Release, Release.id == Grant.release_id)
+        .join(Dataset, Dataset.id == Release.dataset_id)
+        .where(Dataset.population_id == population_id)
+    )
+    return session.scalars(select(Partner).where(Partner.id.in_(granted)).order_by(Partner.id)).all()
 
 
 # -------------------------------------------------------------------------------------------- access log

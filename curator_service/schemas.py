@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Population, Query, Release
+from curator_service.services.outputs import public_of
 from curator_service.services.scaling import scaling_public
 from shared.protocol.schemas import (
     AccessLogEntry,
@@ -108,6 +109,7 @@ def partner_public(p: Partner, release_ids: list[int]) -> PartnerPublic:
         queries_used=p.queries_used,
         revoked=p.revoked_at is not None,
         created_at=p.created_at,
+        output_privacy=public_of(p),
     )
 
 
@@ -122,6 +124,8 @@ def query_public(q: Query) -> QueryPublic:
         idempotency_key=q.idempotency_key,
         created_at=q.created_at,
         completed_at=q.completed_at,
+        charged_epsilon=q.charged_epsilon,
+        cached=q.source_query_id is not None,
     )
 
 

@@ -11,6 +11,8 @@ from curator_service import repository as repo
 from curator_service.exceptions import InvalidInput, NotFound
 from curator_service.models import Partner, utcnow
 from curator_service.services.auth import hash_token
+from curator_service.services.outputs import OutputPolicy
+from shared.protocol.schemas import OutputPrivacy
 
 
 def new_token() -> str:
@@ -25,11 +27,23 @@ def _check_release_ids(session: Session, release_ids: Sequence[int]) -> None:
 
 
 def create_partner(
-    session: Session, *, name: str, release_ids: Sequence[int], max_queries: int
+    session: Session,
+    *,
+    name: str,
+    release_ids: Sequence[int],
+    max_queries: int,
+    output_privacy: OutputPrivacy | None = None,
 ) -> tuple[Partner, str]:
+    """A new partner token; with ``output_privacy`` every outcome answered to it is CTL-privatised."""
     _check_release_ids(session, release_ids)
+    policy = None if output_privacy is None else OutputPolicy.from_request(output_privacy).as_dict()
     token = new_token()
-    partner = Partner(name=name.strip() or name, token_hash=hash_token(token), max_queries=max_queries)
+    partner = Partner(
+        name=name.strip() or name,
+        token_hash=hash_token(token),
+        max_queries=max_queries,
+        output_privacy=policy,
+    )
     repo.add(session, partner)
     repo.add_grants(session, partner.id, release_ids)
     return partner, token

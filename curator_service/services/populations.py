@@ -17,6 +17,7 @@ from curator_service.exceptions import Conflict, NotFound
 from curator_service.fingerprint import Fingerprint, same_people
 from curator_service.models import LedgerEntry, Population
 from curator_service.schemas import ledger_entry_public, population_public
+from curator_service.services import outputs
 from shared.privacy.accounting import Charge, pld_composition
 from shared.protocol.schemas import LedgerPublic, PopulationBudget, PopulationPublic
 
@@ -143,6 +144,7 @@ def ledger_public(session: Session, population_id: int) -> LedgerPublic:
         **budget.model_dump(include=set(PopulationBudget.model_fields)),
         population_id=population_id,
         entries=[ledger_entry_public(e) for e in ledger(session, population_id)],
+        output=outputs.ledger(session, population_id),
     )
 
 

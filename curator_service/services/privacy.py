@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.models import Dataset
+from curator_service.services import outputs
 from curator_service.services.datasets import get_dataset
 from curator_service.services.releases import fits, large_delta
 from curator_service.services.scaling import covered_changes, scaling_public
@@ -48,7 +49,8 @@ def guarantee_statement(dataset: Dataset, cal: GaussianCalibration, features: li
         "A larger change of norm c is protected only at the weaker epsilon listed under larger_changes; a "
         "person with k rows, each moving by norm <= 1, makes a change of norm at most sqrt(k) (the rows are "
         "disjoint coordinates): read its epsilon off larger_changes at c = sqrt(k). "
-        "The guarantee covers the released rows only, not the outcomes a partner asks for."
+        "The guarantee covers the released rows only; the outcomes a partner asks for are protected only by "
+        "its grant's output privacy (see outcomes)."
     )
     if dataset.scaling["kind"] == "max_norm":
         text += (
@@ -64,10 +66,13 @@ def outcomes_statement(dataset: Dataset) -> str:
     else:
         source = f"Outcomes are read from the '{dataset.objective}' column"
     return (
-        f"{source}. The outcome column is never released, but every outcome a partner asks for is disclosed "
-        "to it as it is: no privacy mechanism protects outcomes yet. "
-        f"noise_std (here {dataset.noise_std:g}) is simulation noise for retrospective pilots, not a privacy "
-        "mechanism: repeated queries of one row average it away."
+        f"{source}. The outcome column is never released. A partner granted with output_privacy gets every "
+        "outcome privatised by CTL(epsilon) (clipped to +-(B + R), plus Laplace noise of scale "
+        "2 (B + R) / epsilon), each answer charged to its person's output ledger; a partner granted without "
+        "it gets outcomes as they are measured, which leaves those people's output epsilon unbounded (see "
+        f"output). noise_std (here {dataset.noise_std:g}) is simulation noise for retrospective pilots, "
+        "not a "
+        "privacy mechanism: repeated queries of one row average it away."
     )
 
 
@@ -107,6 +112,7 @@ def privacy_report(
     population = repo.get_population(session, dataset.population_id)
     assert population is not None
     eps_spent, delta_spent = repo.ledger_totals(session, population.id)
+    output_ledger = outputs.ledger(session, population.id, rows=0)
     session.commit()  # end the (read-only) transaction before the possibly long sigma_min pass; no expiry
     sigma_min = dataset_sigma_min(db, store, dataset)
     table = privacy_table(sigma_min, epsilon, delta, r_max)
@@ -159,4 +165,5 @@ def privacy_report(
         fits_budget=fits(eps_spent, epsilon, population.epsilon_budget)
         and fits(delta_spent, delta, population.delta_budget),
         scaling=scaling_public(dataset.scaling),  # type: ignore[arg-type]
+        output=output_ledger,
     )

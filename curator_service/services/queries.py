@@ -1,8 +1,9 @@
 """Outcome queries: a partner asks for row i's outcome; the curator answers from the column or by hand.
 
-Every query is committed (and charged to the partner's quota) before it is answered, and joins the
-release's hash-chained query log when its outcome is recorded (``querylog.py``). Outcomes are disclosed to
-the partner as they are: ``noise_std`` is simulation noise for retrospective pilots, not a privacy mechanism.
+Every query is committed (and charged to the partner's quota, and to its person's output ledger) before it
+is answered, and joins the release's hash-chained query log when its outcome is recorded (``querylog.py``).
+A partner with output privacy gets CTL-privatised answers (``outputs.py``); one without gets outcomes as they
+are measured (``noise_std`` is simulation noise for retrospective pilots, not a privacy mechanism).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, InvalidInput, NotFound, QuotaExceeded
 from curator_service.models import Dataset, Query
+from curator_service.services import outputs
 from curator_service.services.auth import Principal
 from curator_service.services.releases import get_release
 from curator_service.storage import ArrayStore
@@ -38,22 +40,31 @@ def _column_outcome(store: ArrayStore, dataset: Dataset, index: int) -> float:
 
 
 def _settle(session: Session, store: ArrayStore, query: Query) -> Query:
-    """Evaluate a pending ``column`` query (idempotent: the first completion wins) and commit."""
+    """Evaluate a pending ``column`` query, or a cached repeat whose first answer is in (idempotent: the
+    first completion wins), and commit."""
     if query.status != "pending":
         return query
-    release = repo.get_release(session, query.release_id)
-    assert release is not None
-    dataset = repo.get_dataset(session, release.dataset_id)
-    assert dataset is not None
-    if dataset.objective_mode != "column":
-        return query
-    y = _column_outcome(store, dataset, query.row_index)
-    if repo.complete_query(session, query.id, y):
-        querylog.append_to_chain(session, query.id)  # same transaction: outcome and its chain link
+    if query.source_query_id is not None:
+        if not outputs.settle_repeat(session, query):
+            return query
+    else:
+        dataset = _dataset_of(session, query)
+        if dataset.objective_mode != "column":
+            return query
+        # same transaction: the (privatised) outcome and its chain link
+        outputs.record_answer(session, query, dataset, _column_outcome(store, dataset, query.row_index))
     session.commit()  # deliberate: the outcome is on record before it is sent
     fresh = repo.refresh_query(session, query.id)
     assert fresh is not None
     return fresh
+
+
+def _dataset_of(session: Session, query: Query) -> Dataset:
+    release = repo.get_release(session, query.release_id)
+    assert release is not None
+    dataset = repo.get_dataset(session, release.dataset_id)
+    assert dataset is not None
+    return dataset
 
 
 def create_query(
@@ -71,10 +82,13 @@ def create_query(
     2. an ``Idempotency-Key`` seen before returns that query again, never charged twice (a different
        release or index under the same key is a 409);
     3. the index is in range (422), one query is taken from the quota (429);
-    4. the query row (``pending``) is COMMITTED — before anything is evaluated, so a crash cannot lose it;
+    4. its person's output ledger is charged (``outputs.admit``: a raw answer is recorded as unbounded; a
+       repeat under a cached-answer grant is free and points at the row's first noisy answer; past
+       ``max_epsilon_per_row`` it is a 409 and the whole transaction, quota charge included, rolls back);
+    5. the query row (``pending``) is COMMITTED — before anything is evaluated, so a crash cannot lose it;
        a concurrent twin with the same key fails the unique constraint here, is rolled back (its quota
-       charge with it) and returns the winner's query;
-    5. ``column`` outcomes are evaluated and committed; ``manual`` ones stay pending until the curator
+       and output charges with it) and returns the winner's query;
+    6. ``column`` outcomes are evaluated and committed; ``manual`` ones stay pending until the curator
        posts the measured value.
     """
     assert principal.partner_id is not None
@@ -96,6 +110,13 @@ def create_query(
             f"query quota used up: this partner has used {used} of its {quota} queries; "
             "ask the curator to raise max_queries"
         )
+    partner = repo.get_partner(session, partner_id)
+    assert partner is not None
+    dataset = repo.get_dataset(session, release.dataset_id)
+    assert dataset is not None
+    # Lock order (PostgreSQL): population before the query insert's key-share lock on the release, the
+    # order in which completing an answer takes them (``outputs.record_answer``): no deadlock.
+    outputs.serialise(session, partner, dataset)
     query = Query(
         release_id=release_id,
         partner_id=partner_id,
@@ -106,6 +127,8 @@ def create_query(
     )
     session.add(query)
     try:
+        session.flush()
+        outputs.admit(session, partner, dataset, query)
         session.commit()  # deliberate: the question is on record before its answer exists
     except IntegrityError:
         session.rollback()
@@ -145,18 +168,20 @@ def post_result(session: Session, query_id: int, y: float) -> Query:
         raise NotFound(f"query {query_id} does not exist")
     if query.status == "complete":
         raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
-    release = repo.get_release(session, query.release_id)
-    assert release is not None
-    dataset = repo.get_dataset(session, release.dataset_id)
-    assert dataset is not None
+    if query.source_query_id is not None:
+        raise Conflict(
+            f"query {query_id} repeats query {query.source_query_id}'s row under a grant whose repeats are "
+            f"answered from the row's first noisy answer: post the measurement to query "
+            f"{query.source_query_id}, and this query is answered with it"
+        )
+    dataset = _dataset_of(session, query)
     if dataset.objective_mode != "manual":
         raise Conflict(
             f"query {query_id} is on a dataset whose outcomes come from its '{dataset.objective}' column; "
             "results are posted only for objective_mode 'manual'"
         )
-    if not repo.complete_query(session, query_id, y):
+    if not outputs.record_answer(session, query, dataset, y):
         raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
-    querylog.append_to_chain(session, query_id)
     fresh = repo.refresh_query(session, query_id)
     assert fresh is not None
     return fresh

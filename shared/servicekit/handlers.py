@@ -83,7 +83,11 @@ def install_error_handlers(
 
     async def on_database_unavailable(request: Request, exc: Exception) -> JSONResponse:
         logger.warning(
-            "database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__
+            "database unavailable on %s %s: %s %s",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            getattr(getattr(exc, "orig", None), "sqlstate", ""),
         )
         return JSONResponse(
             {"detail": unavailable_detail}, status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS}

@@ -176,7 +176,8 @@ async def test_privacy_report_states_the_guarantee_in_the_curators_units(client:
     assert changes[0] == {"change": 1.0, "epsilon": pytest.approx(1.0, rel=1e-6)}
     assert [c["epsilon"] for c in changes] == sorted(c["epsilon"] for c in changes)
     assert (
-        "disclosed to it as it is" in report["outcomes"] and "not a privacy mechanism" in report["outcomes"]
+        "outcomes as they are measured" in report["outcomes"]
+        and "not a privacy mechanism" in report["outcomes"]
     )
     assert "n = 400 rows and d = 2 features (n > d + 1)" in report["po_gp_ucb"]
     assert report["large_delta"] is False and report["warnings"] == []

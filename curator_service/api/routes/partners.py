@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from curator_service.api.deps import AdminDep, PartnerDep, RowId, SessionDep
 from curator_service.schemas import partner_public
 from curator_service.services import partners as partner_service
+from curator_service.services.outputs import public_of
 from shared.protocol.schemas import GrantCreate, PartnerCreate, PartnerCreated, PartnerPublic, PartnersPublic
 
 router = APIRouter(tags=["partners"])
@@ -23,11 +24,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=PartnerCreated,
     summary="Create a partner token (shown only in this response)",
+    description="With `output_privacy` ({epsilon, B, R}, optional `fresh_repeats`, `max_epsilon_per_row`, "
+    "`store_raw`) every outcome answered to this partner is CTL(epsilon): clipped to [-(B+R), B+R], plus "
+    "Laplace noise of scale 2(B+R)/epsilon (OpenDP's sampler). Each answer is charged to its person's "
+    "population-wide output ledger; repeats of a row return its cached noisy answer unless `fresh_repeats`.",
     responses={**_ERRORS, 422: {"description": "Unknown release ids or bad fields."}},
 )
 def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -> PartnerCreated:
     partner, token = partner_service.create_partner(
-        session, name=body.name, release_ids=body.release_ids, max_queries=body.max_queries
+        session,
+        name=body.name,
+        release_ids=body.release_ids,
+        max_queries=body.max_queries,
+        output_privacy=body.output_privacy,
     )
     return PartnerCreated(
         id=partner.id,
@@ -35,6 +44,7 @@ def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -
         token=token,
         release_ids=sorted(set(body.release_ids)),
         max_queries=partner.max_queries,
+        output_privacy=public_of(partner),
     )
 
 

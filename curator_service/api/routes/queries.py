@@ -33,10 +33,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     "answer at once (stored outcome + fresh Gaussian noise of `noise_std`); `manual` ones answer `pending` "
     "until the curator posts the result (poll `GET /v1/queries/{id}?wait=30`). With an `Idempotency-Key`, "
     "a retry (even a concurrent one) returns the same query and is never charged again; the response then "
-    "carries `Idempotent-Replayed: true`.",
+    "carries `Idempotent-Replayed: true`. For a partner granted with `output_privacy` the answer is CTL: "
+    "clipped to [-(B+R), B+R] plus Laplace noise of scale 2(B+R)/epsilon, charged to the person's output "
+    "ledger (`charged_epsilon`); a repeated row returns its cached noisy answer (`cached: true`, free) "
+    "unless the grant has `fresh_repeats`.",
     responses={
         **_ERRORS,
-        409: {"description": "The Idempotency-Key was used for a different release or index."},
+        409: {
+            "description": "The Idempotency-Key was used for a different release or index, or (output "
+            "privacy) the person's output epsilon would pass the grant's max_epsilon_per_row: nothing "
+            "charged."
+        },
         422: {"description": "Index out of range."},
         429: {"description": "The partner's query quota is used up."},
     },

@@ -1,7 +1,9 @@
 """The modeler's optimisation strategies, by name (``REGISTRY``), behind one round interface (``base``).
 
-Importing this package registers every built-in strategy: ``gp-ucb`` (``gp_ucb``), ``gp-bucb`` (``gp_bucb``)
-and ``random`` (``random_rows``).
+Importing this package registers every built-in strategy: ``gp-ucb`` (``gp_ucb``), ``gp-bucb`` (``gp_bucb``),
+``random`` (``random_rows``), and the heavy-tailed / local-DP GP-UCB family (``heavy_tailed``): ``tgp-ucb``,
+``ata-gp-ucb``, ``moma-gp-ucb`` and their local-DP versions ``ldp-tgp-ucb``, ``ldp-ata-gp-ucb``,
+``ldp-moma-gp-ucb`` (Zhou & Tan, AAAI 2021; Chowdhury & Gopalan, NeurIPS 2019).
 """
 
 from shared.bo.strategies.base import (
@@ -28,11 +30,20 @@ from shared.bo.strategies.gp_ucb import (
     gp_ucb_beta,
     random_initial_indices,
 )
+from shared.bo.strategies.heavy_tailed import (
+    ATAGPUCBStrategy,
+    LDPATAGPUCBStrategy,
+    LDPMoMAGPUCBStrategy,
+    LDPTGPUCBStrategy,
+    MoMAGPUCBStrategy,
+    TGPUCBStrategy,
+)
 from shared.bo.strategies.random_rows import RandomParams, RandomRowsStrategy
 
 __all__ = [
     "GPUCB",
     "REGISTRY",
+    "ATAGPUCBStrategy",
     "Answer",
     "FixedHyperparameters",
     "GPBUCBParams",
@@ -40,6 +51,10 @@ __all__ = [
     "GPUCBParams",
     "GPUCBStrategy",
     "HallucinatedVariance",
+    "LDPATAGPUCBStrategy",
+    "LDPMoMAGPUCBStrategy",
+    "LDPTGPUCBStrategy",
+    "MoMAGPUCBStrategy",
     "RandomParams",
     "RandomRowsStrategy",
     "RequestKind",
@@ -47,6 +62,7 @@ __all__ = [
     "Strategy",
     "StrategyParams",
     "Suggestion",
+    "TGPUCBStrategy",
     "catalogue",
     "default_refit_schedule",
     "get_strategy",

@@ -107,6 +107,26 @@ class Strategy(ABC):
         """
         return {}
 
+    @classmethod
+    def fresh_plays_per_row(cls, params: StrategyParams, *, budget: int) -> int:
+        """How many fresh noisy answers of one same row the strategy may ask for (default 1).
+
+        Repeated-play strategies (e.g. MoMA-GP-UCB, which plays one row k times per epoch) return their k,
+        computed from ``params`` and the study's ``budget`` exactly as ``initial_state`` does; the modeler
+        checks it against what the curator's grant allows before creating the study.
+        """
+        return 1
+
+    @classmethod
+    def output_privacy(cls, params: StrategyParams) -> tuple[float, float, float] | None:
+        """``(epsilon, B, R)`` the strategy assumes the curator's output mechanism uses, or None (default).
+
+        Local-DP strategies (Zhou & Tan 2021) set their truncation levels and beta_t from the Laplace scale
+        2(B + R)/epsilon of the curator's CTL(epsilon) mechanism; the modeler checks these against the values
+        the curator declares on its grant.
+        """
+        return None
+
     @abstractmethod
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         """The next round: between 1 and ``budget`` requests (``budget`` >= 1 queries are left).

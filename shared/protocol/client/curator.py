@@ -280,9 +280,25 @@ class CuratorClient:
         return self._call(API.list_dataset_releases, dataset_id=dataset_id)
 
     # -- partners --------------------------------------------------------------------------------------
-    def create_partner(self, name: str, *, release_ids: list[int], max_queries: int) -> PartnerCreated:
-        """Grant a modeler organisation access to releases with a query quota; the token is shown once."""
-        return self._call(API.create_partner, name=name, release_ids=release_ids, max_queries=max_queries)
+    def create_partner(
+        self,
+        name: str,
+        *,
+        release_ids: list[int],
+        max_queries: int,
+        output_privacy: dict[str, Any] | None = None,
+    ) -> PartnerCreated:
+        """Grant a modeler organisation access to releases with a query quota; the token is shown once.
+
+        ``output_privacy`` ({epsilon, B, R}, optional fresh_repeats, max_epsilon_per_row, store_raw): every
+        outcome answered to it is then privatised by CTL(epsilon)."""
+        return self._call(
+            API.create_partner,
+            name=name,
+            release_ids=release_ids,
+            max_queries=max_queries,
+            output_privacy=output_privacy,
+        )
 
     def list_partners(self) -> PartnersPublic:
         """Every partner with its grants and quota use (admin)."""

@@ -162,10 +162,17 @@ def _grant(*, release_ids: list[int]) -> Parts:
     return Parts(json={"release_ids": [int(i) for i in release_ids]})
 
 
-def _partner(*, name: str, release_ids: list[int], max_queries: int) -> Parts:
-    return Parts(
-        json={"name": name, "release_ids": [int(i) for i in release_ids], "max_queries": int(max_queries)}
-    )
+def _partner(
+    *, name: str, release_ids: list[int], max_queries: int, output_privacy: dict[str, Any] | None = None
+) -> Parts:
+    body: dict[str, Any] = {
+        "name": name,
+        "release_ids": [int(i) for i in release_ids],
+        "max_queries": int(max_queries),
+    }
+    if output_privacy is not None:
+        body["output_privacy"] = dict(output_privacy)
+    return Parts(json=body)
 
 
 def _access_log(*, limit: int, partner_id: int | None, after_id: int | None) -> Parts:

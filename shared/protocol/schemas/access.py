@@ -6,11 +6,79 @@ import math
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.protocol.schemas.common import ID_MAX, QueryStatus, Request, RowId
+from shared.protocol.schemas.common import EPSILON_MAX, ID_MAX, QueryStatus, Request, RowId
 
 # --------------------------------------------------------------------------------------------- partners
+
+
+class OutputPrivacy(Request):
+    """CTL(epsilon) on every outcome answered to the partner (LDP-BO, Zhou & Tan 2021, Lemma 1).
+
+    Each outcome is clipped to ``[-(B + R), B + R]`` and gets Laplace noise of scale ``2 (B + R) / epsilon``
+    (OpenDP's sampler). ``B`` bounds ``|f|`` and ``R`` the measurement noise: the curator declares both from
+    domain knowledge; they are public (the partner's strategy needs them) and must never be computed from
+    the data (``B = max |y|`` would publish the maximum).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={"examples": [{"epsilon": 1.0, "B": 90.0, "R": 10.0}]},
+    )
+
+    epsilon: float = Field(
+        gt=0, le=EPSILON_MAX, allow_inf_nan=False, description="Output epsilon per answer."
+    )
+    B: float = Field(ge=0, le=1e15, allow_inf_nan=False, description="Declared bound on |f| (public).")
+    R: float = Field(ge=0, le=1e15, allow_inf_nan=False, description="Declared bound on the noise (public).")
+    fresh_repeats: bool = Field(
+        default=False,
+        description="false (default): a repeated query of a row returns the row's cached noisy answer, "
+        "free (fresh answers could be averaged back to y). true: every query gets fresh noise and is "
+        "charged, up to max_epsilon_per_row (required then).",
+    )
+    max_epsilon_per_row: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Cap on one person's output epsilon, summed over every answer about them in the "
+        "population (every grant, partner and dataset); a query past it is refused with 409, uncharged.",
+    )
+    store_raw: bool = Field(
+        default=False,
+        description="Keep the measured outcome beside the answer (curator-only, never served). Default: "
+        "not stored; the query log's hash chain covers the privatised answer.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OutputPrivacy:
+        if self.B + self.R <= 0:
+            raise ValueError("B + R must be > 0 (a bound on |f| plus a bound on the measurement noise)")
+        if self.fresh_repeats and self.max_epsilon_per_row is None:
+            raise ValueError(
+                "fresh_repeats needs max_epsilon_per_row: fresh answers about one person add up, so set the "
+                "most output epsilon one person may spend (e.g. 10 x epsilon for 10 fresh answers)"
+            )
+        return self
+
+
+class OutputPrivacyPublic(BaseModel):
+    """A partner's output privacy as granted, with the epsilon each answer is charged."""
+
+    epsilon: float
+    B: float
+    R: float
+    fresh_repeats: bool
+    max_epsilon_per_row: float | None
+    store_raw: bool
+    clip: float = Field(description="Outcomes are clipped to [-clip, clip], clip = B + R.")
+    laplace_scale: float = Field(description="2 (B + R) / epsilon.")
+    charged_epsilon: float = Field(
+        description="What one answer costs its person: OpenDP's privacy map of the sampler at distance "
+        "2 (B + R) (a hair above epsilon: it accounts for the sampler's grid rounding)."
+    )
 
 
 class PartnerCreate(Request):
@@ -24,6 +92,11 @@ class PartnerCreate(Request):
         default_factory=list, max_length=1000, description="Releases this partner may read."
     )
     max_queries: int = Field(ge=0, le=10**9, description="Query quota over all granted releases.")
+    output_privacy: OutputPrivacy | None = Field(
+        default=None,
+        description="CTL(epsilon) on every outcome answered to this partner; absent: outcomes are "
+        "answered as measured (their output epsilon is unbounded).",
+    )
 
 
 class PartnerCreated(BaseModel):
@@ -34,6 +107,7 @@ class PartnerCreated(BaseModel):
     token: str
     release_ids: list[int]
     max_queries: int
+    output_privacy: OutputPrivacyPublic | None = None
 
 
 class PartnerPublic(BaseModel):
@@ -44,6 +118,9 @@ class PartnerPublic(BaseModel):
     queries_used: int
     revoked: bool
     created_at: datetime
+    output_privacy: OutputPrivacyPublic | None = Field(
+        default=None, description="CTL parameters of the partner's answers; null: answered raw."
+    )
 
 
 class PartnersPublic(BaseModel):
@@ -72,10 +149,20 @@ class QueryPublic(BaseModel):
     partner_id: int
     index: int
     status: QueryStatus
-    y: float | None
+    y: float | None = Field(
+        description="The outcome as answered: privatised (CTL) when the partner has output privacy."
+    )
     idempotency_key: str | None = None
     created_at: datetime
     completed_at: datetime | None
+    charged_epsilon: float | None = Field(
+        default=None,
+        description="Output epsilon this answer cost its person: null for a raw answer, 0 for a cached "
+        "repeat.",
+    )
+    cached: bool = Field(
+        default=False, description="Answered with the row's earlier noisy answer (no fresh noise, no cost)."
+    )
 
 
 class QueriesPublic(BaseModel):

@@ -63,6 +63,40 @@ class GuaranteeAtChange(BaseModel):
     epsilon: float = Field(description="The epsilon (at the same delta) that protects a change of this size.")
 
 
+class OutputRowTotal(BaseModel):
+    """The output epsilon spent on one row (one person of one dataset) by the answers about it."""
+
+    dataset_id: int
+    index: int
+    answers: int = Field(description="Charged answers and raw disclosures about this row.")
+    epsilon: float | None = Field(
+        description="Sum of the charged epsilons; null when answered raw (unbounded)."
+    )
+
+
+class OutputLedger(BaseModel):
+    """A population's output privacy: every answer about one of its people, privatised or raw."""
+
+    answers_privatised: int = Field(description="Answers with fresh CTL noise (each charged).")
+    answers_cached: int = Field(description="Repeats answered with a row's earlier noisy answer (free).")
+    answers_raw: int = Field(description="Outcomes disclosed as measured (grants without output privacy).")
+    epsilon_per_answer: list[float] = Field(description="The distinct epsilons charged per answer.")
+    largest_row_total: float | None = Field(
+        description="Largest output epsilon spent on one row of one dataset; null when a row was answered "
+        "raw."
+    )
+    largest_person_total: float | None = Field(
+        description="Bound on the largest output epsilon spent on one person across the population's "
+        "datasets: the sum over datasets of each dataset's largest row total (a person has at most one row "
+        "per dataset, and rows are not matched across datasets); null when unbounded."
+    )
+    unbounded: bool = Field(description="Some outcome of this population was disclosed raw.")
+    statement: str = Field(description="The output guarantee in words.")
+    rows: list[OutputRowTotal] = Field(
+        default_factory=list, description="Per-row totals, largest first (the ledger lists up to 1000)."
+    )
+
+
 class PrivacyReport(BaseModel):
     """Curator-private: what a release at (epsilon, delta) protects, and Algorithm 1's diagnostics.
 
@@ -105,6 +139,9 @@ class PrivacyReport(BaseModel):
     delta_left: float
     fits_budget: bool = Field(description="Whether a release at (epsilon, delta) fits in the budget left.")
     scaling: ScalingInfo
+    output: OutputLedger | None = Field(
+        default=None, description="Output privacy of the population's answers so far (rows omitted)."
+    )
 
 
 class LedgerEntryPublic(BaseModel):
@@ -127,3 +164,6 @@ class LedgerPublic(PopulationBudget):
 
     population_id: int
     entries: list[LedgerEntryPublic]
+    output: OutputLedger | None = Field(
+        default=None, description="The per-person output ledger: every answer about one of these people."
+    )

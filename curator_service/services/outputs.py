@@ -1,0 +1,279 @@
+"""Output privacy: CTL(epsilon) on a partner's answers, and the per-person output ledger of a population.
+
+LDP-BO (Zhou & Tan, AAAI 2021), mechanism CTL and Lemma 1: an outcome clipped to ``[-(B + R), B + R]`` plus
+Laplace noise of scale ``2 (B + R) / epsilon`` is epsilon-DP for the person it is about
+(``shared.privacy.ctl``). What this module adds is the bookkeeping that keeps that guarantee true over many
+answers:
+
+* **Every answer about a person is charged to that person**, population-wide: an ``OutputCharge`` per answer
+  (dataset, row), whatever the grant, partner or dataset. Rows are not matched across datasets, so the bound
+  on one person's total is their row's total in this dataset plus, for every other dataset of the
+  population, that dataset's largest row total (a person has at most one row per dataset).
+* **Repeats are cached by default.** Fresh noisy answers about one row could be averaged back to y, so a
+  repeated query of a row under a grant without ``fresh_repeats`` returns the row's first noisy answer (drawn
+  for the same dataset row and the same CTL parameters, by any partner) at no cost. A grant with
+  ``fresh_repeats`` gets fresh noise per play, each charged, and is refused (409, nothing charged) once the
+  person's bound would pass ``max_epsilon_per_row``.
+* **Raw answers are on the ledger too**: a grant without output privacy discloses y as measured, which makes
+  the output epsilon of that person unbounded; the ledger records it (epsilon NULL) and the report says so.
+
+Serialisation: admitting a query (cache lookup, cap check, charge) and completing a privatised answer (which
+also completes the cached repeats waiting on it) both lock the population row, so a concurrent repeat either
+sees the first answer's query and waits for it, or sees it complete, and concurrent capped queries are
+counted one after the other (refused exactly at the cap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from curator_service import querylog
+from curator_service import repository as repo
+from curator_service.exceptions import Conflict, InvalidInput
+from curator_service.models import Dataset, OutputCharge, Partner, Query, utcnow
+from shared.privacy.ctl import CTL
+from shared.protocol.schemas import OutputLedger, OutputPrivacy, OutputPrivacyPublic, OutputRowTotal
+
+__all__ = [
+    "OutputPolicy",
+    "admit",
+    "ledger",
+    "policy_of",
+    "record_answer",
+    "serialise",
+    "settle_repeat",
+]
+
+#: Relative slack on the cap (sums of floats): a total within it of the cap is at the cap.
+_CAP_SLACK = 1e-9
+#: Rows listed in the ledger (largest totals first).
+LEDGER_ROWS = 1000
+
+
+@lru_cache(maxsize=64)
+def _ctl(epsilon: float, B: float, R: float) -> CTL:
+    """One CTL (and its OpenDP measurement) per parameter set; its sampler draws fresh OS entropy per call."""
+    return CTL(epsilon, B, R)
+
+
+@dataclass(frozen=True)
+class OutputPolicy:
+    """A partner's output privacy, as stored on the partner (``Partner.output_privacy``)."""
+
+    epsilon: float
+    B: float
+    R: float
+    fresh_repeats: bool
+    max_epsilon_per_row: float | None
+    store_raw: bool
+    charged_epsilon: float
+
+    @classmethod
+    def from_request(cls, body: OutputPrivacy) -> OutputPolicy:
+        charged = _ctl(body.epsilon, body.B, body.R).charged_epsilon
+        if body.max_epsilon_per_row is not None and body.max_epsilon_per_row < charged * (1 - _CAP_SLACK):
+            raise InvalidInput(
+                f"max_epsilon_per_row = {body.max_epsilon_per_row:g} is below what one answer costs "
+                f"({charged:.6g} at epsilon = {body.epsilon:g}): no query could be answered. Raise it to at "
+                f"least {charged:.6g} (k fresh answers need k x {charged:.6g})."
+            )
+        return cls(
+            epsilon=body.epsilon,
+            B=body.B,
+            R=body.R,
+            fresh_repeats=body.fresh_repeats,
+            max_epsilon_per_row=body.max_epsilon_per_row,
+            store_raw=body.store_raw,
+            charged_epsilon=charged,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OutputPolicy:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def mechanism(self) -> CTL:
+        return _ctl(self.epsilon, self.B, self.R)
+
+    def public(self) -> OutputPrivacyPublic:
+        ctl = self.mechanism
+        return OutputPrivacyPublic(**self.as_dict(), clip=ctl.bound, laplace_scale=ctl.scale)
+
+    def key(self, dataset_id: int, index: int) -> str:
+        """Names the privatised answer about row ``index``: repeats with the same key share it."""
+        return f"d{dataset_id}:i{index}:ctl:{self.epsilon!r}:{self.B!r}:{self.R!r}"
+
+
+def policy_of(partner: Partner | None) -> OutputPolicy | None:
+    if partner is None or partner.output_privacy is None:
+        return None
+    return OutputPolicy.from_dict(partner.output_privacy)
+
+
+def public_of(partner: Partner) -> OutputPrivacyPublic | None:
+    policy = policy_of(partner)
+    return None if policy is None else policy.public()
+
+
+def person_bound(session: Session, dataset: Dataset, index: int) -> float:
+    """Bound on the output epsilon spent so far on the person at row ``index`` of ``dataset`` (inf: raw)."""
+    total, raw = repo.row_output_total(session, dataset.id, index)
+    if raw:
+        return math.inf
+    for other_id, (largest, any_raw) in repo.dataset_output_maxima(session, dataset.population_id).items():
+        if other_id == dataset.id:
+            continue
+        if any_raw:
+            return math.inf
+        total += largest
+    return total
+
+
+def serialise(session: Session, partner: Partner, dataset: Dataset) -> None:
+    """Before a query of ``partner`` is inserted: lock its population when its answers are privatised."""
+    if partner.output_privacy is not None:
+        repo.lock_population(session, dataset.population_id)
+
+
+def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) -> None:
+    """Decide how a just-added (flushed, uncommitted) query is answered, and charge its person.
+
+    Raw grant: an unbounded charge. Cached repeat: point the query at the row's first noisy answer (and
+    complete it now if that answer exists). Otherwise: refuse past the cap (``Conflict``: the caller's
+    transaction, with its quota charge, rolls back), else charge ``charged_epsilon``.
+    """
+    policy = policy_of(partner)
+    if policy is None:
+        session.add(_charge(dataset, query, None))
+        return
+    repo.lock_population(session, dataset.population_id)
+    query.output_key = policy.key(dataset.id, query.row_index)
+    if not policy.fresh_repeats:
+        source = repo.first_output_answer(session, query.output_key, exclude_id=query.id)
+        if source is not None:
+            query.source_query_id = source.id
+            query.charged_epsilon = 0.0
+            if source.status == "complete":
+                query.status, query.y, query.completed_at = "complete", source.y, utcnow()
+                session.flush()
+                querylog.append_to_chain(session, query.id)
+            else:
+                session.flush()
+            return
+    cap = policy.max_epsilon_per_row
+    if cap is not None and person_bound(session, dataset, query.row_index) + policy.charged_epsilon > cap * (
+        1 + _CAP_SLACK
+    ):
+        raise Conflict(
+            f"the output budget of the person in row {query.row_index} is used up for this grant: "
+            f"max_epsilon_per_row = {cap:g}, and one answer costs {policy.charged_epsilon:.6g} on top of "
+            "what "
+            "was spent on this person already (every answer about them in the population counts). "
+            "Nothing was charged; ask the curator to raise max_epsilon_per_row, or query another row."
+        )
+    query.charged_epsilon = policy.charged_epsilon
+    session.add(_charge(dataset, query, policy.charged_epsilon))
+    session.flush()
+
+
+def _charge(dataset: Dataset, query: Query, epsilon: float | None) -> OutputCharge:
+    return OutputCharge(
+        population_id=dataset.population_id,
+        dataset_id=dataset.id,
+        row_index=query.row_index,
+        query_id=query.id,
+        partner_id=query.partner_id,
+        epsilon=epsilon,
+    )
+
+
+def record_answer(session: Session, query: Query, dataset: Dataset, measured: float) -> bool:
+    """Complete ``query`` with its answer to ``measured`` (privatised under its partner's grant) and link it
+    into the query log, with the cached repeats waiting on it. False when it was complete already."""
+    policy = policy_of(repo.get_partner(session, query.partner_id)) if query.output_key is not None else None
+    if policy is None:
+        answered, raw = measured, None
+    else:
+        repo.lock_population(session, dataset.population_id)
+        answered = float(policy.mechanism.privatise(measured))
+        raw = measured if policy.store_raw else None
+    if not repo.complete_query(session, query.id, answered, y_raw=raw):
+        return False
+    querylog.append_to_chain(session, query.id)
+    for waiting in repo.pending_repeats(session, query.id):
+        if repo.complete_query(session, waiting, answered):
+            querylog.append_to_chain(session, waiting)
+    return True
+
+
+def settle_repeat(session: Session, query: Query) -> bool:
+    """Complete a cached repeat whose first answer has arrived; False while that answer is pending."""
+    assert query.source_query_id is not None
+    source = repo.refresh_query(session, query.source_query_id)
+    if source is None or source.status != "complete" or source.y is None:
+        return False
+    if repo.complete_query(session, query.id, source.y):
+        querylog.append_to_chain(session, query.id)
+    return True
+
+
+def _statement(led: OutputLedger, policies: list[OutputPolicy]) -> str:
+    if not (led.answers_privatised or led.answers_raw or led.answers_cached):
+        text = "No outcome of this population has been answered yet."
+    elif led.unbounded:
+        text = (
+            f"{led.answers_raw} outcome(s) of this population were answered as measured, to partners without "
+            "output privacy: the output epsilon of the people they are about is unbounded (the value itself "
+            "was disclosed), and the largest per-person total is therefore unbounded too."
+        )
+    else:
+        text = (
+            f"Every outcome answered about this population was privatised with CTL (clipped to +-(B + R), "
+            f"plus Laplace noise of scale 2 (B + R) / epsilon, OpenDP's sampler): {led.answers_privatised} "
+            f"charged answer(s), {led.answers_cached} cached repeat(s) at no cost. Each answer is "
+            "epsilon-DP for its person (LDP-BO, Lemma 1); one person's answers compose by summing their "
+            f"epsilons, at most {led.largest_person_total:.6g} so far."
+        )
+    if policies:
+        text += " Grants with output privacy: " + "; ".join(
+            f"epsilon {p.epsilon:g} (charged {p.charged_epsilon:.6g}) with B = {p.B:g}, R = {p.R:g}, "
+            + ("fresh answers per play" if p.fresh_repeats else "repeats cached")
+            + (f", capped at {p.max_epsilon_per_row:g} per person" if p.max_epsilon_per_row else "")
+            for p in policies
+        )
+        text += "."
+    return text
+
+
+def ledger(session: Session, population_id: int, *, rows: int = LEDGER_ROWS) -> OutputLedger:
+    """The population's output ledger: counts, epsilons per answer, the per-row and per-person totals."""
+    counts = repo.output_counts(session, population_id)
+    maxima = repo.dataset_output_maxima(session, population_id)
+    unbounded = any(raw for _, raw in maxima.values())
+    largest_row = max((m for m, _ in maxima.values()), default=0.0)
+    led = OutputLedger(
+        answers_privatised=counts["privatised"],
+        answers_cached=counts["cached"],
+        answers_raw=counts["raw"],
+        epsilon_per_answer=repo.output_epsilons(session, population_id),
+        largest_row_total=None if unbounded else largest_row,
+        largest_person_total=None if unbounded else sum(m for m, _ in maxima.values()),
+        unbounded=unbounded,
+        statement="",
+        rows=[
+            OutputRowTotal(dataset_id=d, index=i, answers=a, epsilon=None if raw else e)
+            for d, i, a, e, raw in repo.output_rows(session, population_id, limit=rows)
+        ],
+    )
+    policies = [
+        p for p in (policy_of(partner) for partner in repo.partners_answering(session, population_id)) if p
+    ]
+    return led.model_copy(update={"statement": _statement(led, list(dict.fromkeys(policies)))})

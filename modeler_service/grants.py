@@ -1,0 +1,70 @@
+"""Does the curator's grant give a strategy the answers it assumes? Checked once, when a study is created.
+
+Local-DP strategies (``ldp-*``; Zhou & Tan 2021) set truncation levels and beta_t from the Laplace scale
+2 (B + R) / epsilon of the curator's CTL mechanism, so their ``epsilon``, ``B`` and ``R`` must be the grant's.
+Repeated-play strategies (MoMA-GP-UCB plays one row k times per epoch) need k *fresh* noisy answers of a row:
+under a grant that privatises outcomes that means ``fresh_repeats`` and ``max_epsilon_per_row`` >= k times
+the charge of one answer (a cached repeat would hand back the same noisy value k times).
+"""
+
+from __future__ import annotations
+
+import math
+
+from shared.bo.strategies import Strategy, StrategyParams
+from shared.protocol.schemas import OutputPrivacyPublic
+
+__all__ = ["grant_problem", "needs_grant"]
+
+
+def needs_grant(strategy: type[Strategy], params: StrategyParams, budget: int) -> bool:
+    """Whether the strategy's assumptions depend on the grant (then the modeler reads it first)."""
+    return (
+        strategy.output_privacy(params) is not None or strategy.fresh_plays_per_row(params, budget=budget) > 1
+    )
+
+
+def grant_problem(
+    strategy: type[Strategy], params: StrategyParams, budget: int, grant: OutputPrivacyPublic | None
+) -> str | None:
+    """Why the grant does not fit the strategy (an actionable sentence), or None when it does."""
+    name = strategy.name
+    assumed = strategy.output_privacy(params)
+    if assumed is not None:
+        if grant is None:
+            plain = name.removeprefix("ldp-")
+            return (
+                f"strategy {name!r} is for outcomes privatised by the curator (CTL), but this token's grant "
+                "answers outcomes as measured (it has no output_privacy): use the non-private counterpart "
+                f"{plain!r}, or ask the curator for a grant with output_privacy"
+            )
+        declared = (grant.epsilon, grant.B, grant.R)
+        if not all(
+            math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0) for a, b in zip(assumed, declared, strict=True)
+        ):
+            return (
+                f"strategy_params epsilon = {assumed[0]:g}, B = {assumed[1]:g}, R = {assumed[2]:g} differ "
+                f"from the curator's grant (epsilon = {grant.epsilon:g}, B = {grant.B:g}, R = {grant.R:g}): "
+                "set strategy_params to the grant's values (GET /v1/partners/me on the curator shows them)"
+            )
+    k = strategy.fresh_plays_per_row(params, budget=budget)
+    if k > 1 and grant is not None:
+        if not grant.fresh_repeats:
+            return (
+                f"strategy {name!r} plays each chosen row k = {k} times and needs {k} fresh noisy answers of "
+                "it, but this grant answers a repeated row from its cache (fresh_repeats is false): ask the "
+                f"curator for fresh_repeats with max_epsilon_per_row >= {k} x {grant.charged_epsilon:.6g} = "
+                f"{k * grant.charged_epsilon:.6g}, or use a strategy that plays each row once "
+                "(e.g. ldp-tgp-ucb)"
+            )
+        cap = grant.max_epsilon_per_row
+        if cap is not None and k * grant.charged_epsilon > cap * (1 + 1e-9):
+            fits = math.floor(cap / grant.charged_epsilon * (1 + 1e-9))
+            need = k * grant.charged_epsilon
+            return (
+                f"strategy {name!r} needs k = {k} fresh answers of a row, {k} x {grant.charged_epsilon:.6g} "
+                f"= {need:.6g} of output epsilon per person, but the grant caps one person at "
+                f"max_epsilon_per_row = {cap:g}: set strategy_params.k to at most {fits}, or ask the curator "
+                "to raise max_epsilon_per_row"
+            )
+    return None

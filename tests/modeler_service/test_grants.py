@@ -1,0 +1,72 @@
+"""The grant checks made when a study is created (``modeler_service.grants``), strategy by strategy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from modeler_service.grants import grant_problem, needs_grant
+from shared.bo.strategies import get_strategy, parse_params
+from shared.privacy.ctl import CTL
+from shared.protocol.schemas import OutputPrivacyPublic
+
+OP = {"epsilon": 1.0, "B": 1.0, "R": 0.5}
+CHARGE = CTL(**OP).charged_epsilon
+
+
+def grant(fresh: bool = False, cap: float | None = None, **changes: float) -> OutputPrivacyPublic:
+    op = OP | changes
+    ctl = CTL(**op)
+    return OutputPrivacyPublic(
+        **op,
+        fresh_repeats=fresh,
+        max_epsilon_per_row=cap,
+        store_raw=False,
+        clip=ctl.bound,
+        laplace_scale=ctl.scale,
+        charged_epsilon=ctl.charged_epsilon,
+    )
+
+
+def problem(name: str, g: OutputPrivacyPublic | None, budget: int = 40, **params: object) -> str | None:
+    strategy = get_strategy(name)
+    return grant_problem(strategy, parse_params(name, params), budget, g)
+
+
+def test_which_strategies_read_the_grant() -> None:
+    for name, params, expected in [
+        ("gp-ucb", {}, False),
+        ("tgp-ucb", {"B": 1.0, "v": 2.0}, False),
+        ("moma-gp-ucb", {"B": 1.0, "v": 2.0, "k": 4}, True),  # repeated plays
+        ("ldp-tgp-ucb", OP, True),
+        ("ldp-moma-gp-ucb", {**OP, "k": 4}, True),
+    ]:
+        strategy = get_strategy(name)
+        assert needs_grant(strategy, parse_params(name, params), 40) is expected, name
+
+
+def test_ldp_strategies_need_the_grants_ctl_parameters() -> None:
+    assert problem("ldp-tgp-ucb", grant(), **OP) is None
+    assert "'tgp-ucb'" in (problem("ldp-tgp-ucb", None, **OP) or "")
+    mismatch = problem("ldp-tgp-ucb", grant(B=2.0), **OP) or ""
+    assert "differ from the curator's grant" in mismatch and "B = 2" in mismatch
+
+
+def test_moma_needs_k_fresh_answers_within_the_cap() -> None:
+    params = {**OP, "k": 4}
+    assert problem("ldp-moma-gp-ucb", grant(fresh=True, cap=4 * CHARGE), **params) is None
+    assert problem("ldp-moma-gp-ucb", grant(fresh=True, cap=None), **params) is None
+    cached = problem("ldp-moma-gp-ucb", grant(), **params) or ""
+    assert "fresh_repeats is false" in cached and f"{4 * CHARGE:.6g}" in cached
+    tight = problem("ldp-moma-gp-ucb", grant(fresh=True, cap=3 * CHARGE), **params) or ""
+    assert "set strategy_params.k to at most 3" in tight
+    # a raw grant answers every play afresh (its outcomes are unprotected anyway): MoMA may run on it
+    assert problem("moma-gp-ucb", None, B=1.0, v=2.0, k=4) is None
+
+
+@pytest.mark.parametrize("budget", [40, 1000])
+def test_the_default_k_is_the_papers(budget: int) -> None:
+    strategy = get_strategy("ldp-moma-gp-ucb")
+    k = strategy.fresh_plays_per_row(parse_params("ldp-moma-gp-ucb", OP), budget=budget)
+    assert k == math.ceil(24 * math.log(4 * math.e * budget / 0.05))
