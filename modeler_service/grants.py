@@ -14,7 +14,7 @@ import math
 from shared.bo.strategies import Strategy, StrategyParams
 from shared.protocol.schemas import OutputPrivacyPublic
 
-__all__ = ["grant_problem", "needs_grant"]
+__all__ = ["fit_to_grant", "grant_problem", "needs_grant"]
 
 
 def needs_grant(strategy: type[Strategy], params: StrategyParams, budget: int) -> bool:
@@ -68,3 +68,18 @@ def grant_problem(
                 "to raise max_epsilon_per_row"
             )
     return None
+
+
+def fit_to_grant(params: StrategyParams, grant: OutputPrivacyPublic | None) -> StrategyParams:
+    """``params`` with ``max_plays_per_row`` set from the grant's per-person cap when the strategy has that
+    parameter and the study left it out: a row whose person cannot afford another epoch is never chosen
+    (the curator would refuse its plays with 409 and fail the study)."""
+    if (
+        grant is None
+        or grant.max_epsilon_per_row is None
+        or "max_plays_per_row" not in type(params).model_fields
+        or getattr(params, "max_plays_per_row", None) is not None
+    ):
+        return params
+    plays = max(1, math.floor(grant.max_epsilon_per_row / grant.charged_epsilon * (1 + 1e-9)))
+    return type(params).model_validate(params.model_dump() | {"max_plays_per_row": plays})

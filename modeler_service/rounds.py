@@ -226,9 +226,16 @@ def record_round(
             prev_hash=head,
         )
         entry.hash = head = entry_hash(entry.prev_hash, entry)
-        if entry.y is not None and (best[1] is None or entry.y > best[1]):
-            best = (entry.row_index, entry.y)
         entries.append(entry)
+    # best: a row played several times in one round (MoMA's epoch of k noisy answers) counts with its mean
+    plays: dict[int, list[float]] = {}
+    for entry in entries:
+        if entry.row_index is not None and entry.y is not None:
+            plays.setdefault(entry.row_index, []).append(entry.y)
+    for row, ys in plays.items():
+        mean = math.fsum(ys) / len(ys)
+        if best[1] is None or mean > best[1]:
+            best = (row, mean)
     done = study.iterations_done + len(entries)
     settle_status = None
     if settle_at is not None and done >= settle_at:

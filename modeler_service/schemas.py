@@ -131,6 +131,10 @@ class StrategiesPublic(BaseModel):
 
 
 class BestPoint(BaseModel):
+    """The best row so far: the largest outcome answered, a row played several times in one round (an
+    epoch of MoMA-GP-UCB) counting with the mean of those answers. Under output privacy the answers are
+    noisy, so this is the best *answer*, not the best row's true outcome."""
+
     index: int
     y: float
 

@@ -25,7 +25,7 @@ from modeler_service.context import (  # noqa: F401 - re-exported for the routes
     upstream,
 )
 from modeler_service.exceptions import Conflict, NotFound, Unprocessable, UpstreamError
-from modeler_service.grants import grant_problem, needs_grant
+from modeler_service.grants import fit_to_grant, grant_problem, needs_grant
 from modeler_service.models import Study
 from modeler_service.rounds import RoundIntent
 from modeler_service.schemas import (
@@ -95,9 +95,11 @@ def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
     z_file = Path("releases") / f"study-{study_id}.npy"
     try:
         if needs_grant(strategy, params, body.iterations):
-            problem = grant_problem(strategy, params, body.iterations, client.get_partner().output_privacy)
+            grant = client.get_partner().output_privacy
+            problem = grant_problem(strategy, params, body.iterations, grant)
             if problem is not None:
                 raise Unprocessable(problem)
+            params = fit_to_grant(params, grant)
         release = client.get_release(body.release_id)
         digest = client.download_release_rows(
             body.release_id, ctx.data_dir / z_file, expected_sha256=release.sha256

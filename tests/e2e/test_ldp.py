@@ -129,4 +129,8 @@ def test_ldp_moma_study_survives_a_restart_mid_epoch(services: Services) -> None
         assert row["epsilon"] == pytest.approx(plays[row["index"]] * charge)
     assert ledger["largest_person_total"] == pytest.approx(max(plays.values()) * charge)
     assert ledger["unbounded"] is False and ledger["answers_privatised"] == iterations
+    means = {r: sum(e["y"] for e in audit if e["round"] == r) / K for r in range(1, EPOCHS + 1)}
+    best_round = max(means, key=lambda r: means[r])
+    assert s["best"]["y"] == pytest.approx(means[best_round])  # an epoch counts with the mean of its plays
+    assert s["best"]["index"] == next(e["index"] for e in audit if e["round"] == best_round)
     assert reconciled(services, sid)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from modeler_service.grants import grant_problem, needs_grant
-from shared.bo.strategies import get_strategy, parse_params
+from modeler_service.grants import fit_to_grant, grant_problem, needs_grant
+from shared.bo.strategies import Answer, get_strategy, parse_params
+from shared.errors import StrategyError
 from shared.privacy.ctl import CTL
 from shared.protocol.schemas import OutputPrivacyPublic
 
@@ -70,3 +72,31 @@ def test_the_default_k_is_the_papers(budget: int) -> None:
     strategy = get_strategy("ldp-moma-gp-ucb")
     k = strategy.fresh_plays_per_row(parse_params("ldp-moma-gp-ucb", OP), budget=budget)
     assert k == math.ceil(24 * math.log(4 * math.e * budget / 0.05))
+
+
+def test_moma_takes_its_per_row_limit_from_the_grant() -> None:
+    params = parse_params("ldp-moma-gp-ucb", {**OP, "k": 4})
+    fitted = fit_to_grant(params, grant(fresh=True, cap=10 * CHARGE))
+    assert fitted.max_plays_per_row == 10 and fitted.k == 4  # type: ignore[attr-defined]
+    assert fit_to_grant(params, grant(fresh=True)) is params  # no cap: no limit
+    given = parse_params("ldp-moma-gp-ucb", {**OP, "k": 4, "max_plays_per_row": 6})
+    assert fit_to_grant(given, grant(fresh=True, cap=10 * CHARGE)) is given  # the study's own value stands
+    tgp = parse_params("ldp-tgp-ucb", OP)
+    assert fit_to_grant(tgp, grant(fresh=True, cap=3)) is tgp
+
+
+def test_moma_never_plans_a_row_past_its_limit() -> None:
+    rng = np.random.default_rng(0)
+    Z = np.linspace(0, 1, 5)[:, None]
+    params = parse_params("ldp-moma-gp-ucb", {**OP, "k": 2, "max_plays_per_row": 2, "lengthscale": 10.0})
+    cls = get_strategy("ldp-moma-gp-ucb")
+    strategy = cls(Z, params, cls.initial_state(params, n=5, budget=10, rng=rng))
+    seen: list[int] = []
+    for _ in range(5):
+        plan = strategy.plan(budget=2, rng=rng)
+        assert len({r.index for r in plan}) == 1 and plan[0].index not in seen
+        seen.append(plan[0].index)
+        strategy.observe([Answer(r, 1.0) for r in plan])  # flat answers: UCB would replay a row
+    assert sorted(seen) == list(range(5))
+    with pytest.raises(StrategyError, match="max_plays_per_row"):
+        strategy.plan(budget=2, rng=rng)

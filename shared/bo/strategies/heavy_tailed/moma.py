@@ -106,6 +106,14 @@ class _MoMAFields(StrategyParams):
     k: int | None = Field(
         default=None, ge=1, le=100_000, description="Plays per epoch; null = ceil(24 ln(4 e T / delta))."
     )
+    max_plays_per_row: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**9,
+        description="Never choose a row whose plays would pass this many (a curator grant's per-person cap: "
+        "floor(max_epsilon_per_row / charged_epsilon)); null = no limit. The modeler fills it from the "
+        "grant when a study is created.",
+    )
 
 
 class MoMAParams(HeavyTailedParams, NystromParams, _MoMAFields):
@@ -199,8 +207,17 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
         beta = self.beta()
         std = np.sqrt(self.var)
         ucb = self.mean + beta * std
-        index, source = self._choose(ucb, epoch - 1)
         plays = min(self.k, int(budget))
+        cap = getattr(self.params, "max_plays_per_row", None)
+        if cap is not None and self.epochs:
+            played = np.bincount(np.asarray(self.epochs), weights=[len(y) for y in self.Y], minlength=self.n)
+            ucb = np.where(played + plays > cap, -np.inf, ucb)
+            if not np.isfinite(ucb).any():
+                raise StrategyError(
+                    f"every row has been played {cap} times (max_plays_per_row, the grant's per-person cap): "
+                    "no row can take another epoch"
+                )
+        index, source = self._choose(ucb, epoch - 1)
         base = {
             "source": source,
             "acquisition": float(ucb[index]),
