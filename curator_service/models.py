@@ -211,7 +211,9 @@ class OutputCharge(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    population_id: Mapped[int] = mapped_column(ForeignKey("curator_populations.id"))
+    #: The dataset's population, copied (no foreign key: on PostgreSQL its key-share lock would queue a raw
+    #: answer behind the population lock that privatised answers take, in the opposite order: a deadlock).
+    population_id: Mapped[int] = mapped_column(Integer)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("curator_datasets.id"))
     row_index: Mapped[int]
     #: Not a foreign key on purpose: the charge outlives any change to the query log (a deleted query row

@@ -183,6 +183,27 @@ async def test_concurrent_fresh_repeats_stop_exactly_at_the_cap(world: World) ->
     assert me["queries_used"] == 4
 
 
+async def test_raw_and_private_partners_query_one_release_at_once(world: World) -> None:
+    """Raw answers (no population lock) and privatised ones (population, then release) never deadlock."""
+    private = await _partner(world.client, [world.release["id"]], max_queries=40, **OP)
+    raw = await world.client.post(
+        "/v1/partners",
+        headers=ADMIN,
+        json={"name": "raw", "release_ids": [world.release["id"]], "max_queries": 40},
+    )
+    tokens = [private["token"], raw.json()["token"]]
+    got = await asyncio.gather(
+        *(_ask(world.client, world.release["id"], tokens[i % 2], i // 2 % 12) for i in range(40))
+    )
+    assert [r.status_code for r in got] == [201] * 40
+    led = await _ledger(world.client, world.dataset["population_id"])
+    assert led["answers_raw"] == 20 and led["answers_privatised"] + led["answers_cached"] == 20
+    verify = (
+        await world.client.get(f"/v1/releases/{world.release['id']}/queries/verify", headers=ADMIN)
+    ).json()
+    assert verify["ok"] and verify["entries"] == 40
+
+
 async def test_the_cap_counts_every_dataset_of_the_population(client: httpx.AsyncClient) -> None:
     X, y = synthetic(n=40, d=3)
     charge = CTL(**OP).charged_epsilon

@@ -57,11 +57,6 @@ def upgrade() -> None:
             ["curator_partners.id"],
             name=op.f("fk_curator_output_charges_partner_id_curator_partners"),
         ),
-        sa.ForeignKeyConstraint(
-            ["population_id"],
-            ["curator_populations.id"],
-            name=op.f("fk_curator_output_charges_population_id_curator_populations"),
-        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_curator_output_charges")),
         sa.UniqueConstraint("query_id", name=op.f("uq_curator_output_charges_query_id")),
     )
