@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pobo-installed
 
-.PHONY: demo test lint docs bench bench-perf clean
+.PHONY: demo test lint docs bench bench-perf bench-ldp clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ bench: $(STAMP)
 
 bench-perf: $(STAMP)
 	$(BIN)/pobo bench perf --json bench-perf.json
+
+bench-ldp: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(BIN)/pobo bench ldp --runs 10 --json bench-ldp.json --plot bench-ldp.png
 
 clean:
 	rm -rf $(VENV) pobo-demo-output .pytest_cache

@@ -110,6 +110,49 @@ def bench_synthetic(
     )
 
 
+@bench_app.command("ldp")
+def bench_ldp(
+    runs: Annotated[int, typer.Option(min=1, help="Random runs (functions) per setting (paper: 10).")] = 10,
+    T: Annotated[int, typer.Option("--T", min=2, help="Queries per study (paper: 1000).")] = 1000,
+    combined_T: Annotated[
+        int, typer.Option("--combined-T", min=2, help="Queries per study in the combined setting.")
+    ] = 200,
+    settings: Annotated[
+        str, typer.Option(help="Comma-separated settings: se, matern, student-t, combined.")
+    ] = "se,matern,student-t,combined",
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the cumulative-regret plot (PNG) here.")] = None,
+    seed: Annotated[
+        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
+    ] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    beta_multiplier: Annotated[
+        float, typer.Option(min=0.0, help="The six strategies' factor on the theorems' beta (1 = as stated).")
+    ] = 1.0,
+) -> None:
+    """The LDP-BO paper's synthetic experiments (Zhou & Tan 2021, Fig. 2a/2d, Fig. 3a): cumulative regret of
+    the LDP and heavy-tailed GP-UCB strategies under CTL(eps) or Student-t noise, and output privacy on top of
+    the Gaussian release (combined)."""
+    from shared.bench.ldp import SETTINGS
+    from shared.bench.ldp import main as run
+
+    chosen = [s.strip() for s in settings.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SETTINGS]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown setting {unknown}: choose from {', '.join(SETTINGS)}")
+    run(
+        runs=runs,
+        T=T,
+        combined_T=combined_T,
+        settings=list(dict.fromkeys(chosen)),
+        seed=seed,
+        workers=workers,
+        json_path=json_path,
+        plot_path=plot,
+        beta_multiplier=beta_multiplier,
+    )
+
+
 @bench_app.command("perf")
 def bench_perf(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,

@@ -11,14 +11,13 @@ random search use Q.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shared.bench.pool import map_runs
 from shared.bench.synthetic import (
     DELTA,
     GRID,
@@ -171,17 +170,8 @@ def run_strategy_benchmark(
         if progress:
             progress()
 
-    if workers > 1:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, "1")
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            for res in pool.map(one_strategy_run, jobs):
-                collect(res)
-    else:
-        for job in jobs:
-            collect(one_strategy_run(job))
+    for res in map_runs(one_strategy_run, jobs, workers):
+        collect(res)
     _, scale = grid_inputs()
     results = []
     for case in cases:

@@ -32,7 +32,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from shared.bench.pool import map_runs
 from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB
 from shared.privacy.gaussian import calibrate, gaussian_release
@@ -190,26 +190,12 @@ def run_benchmark(
     curves: dict[Setting, list[np.ndarray]] = {s: [] for s in todo}
     lifted: dict[Setting, bool | None] = {}
     jobs = [(seed, run, todo) for run in range(runs)]
-    if workers > 1:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, "1")
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            results = pool.map(one_run, jobs)
-            for res in results:
-                for s, (curve, lf) in res.items():
-                    curves[s].append(curve)
-                    lifted[s] = lf
-                if progress:
-                    progress()
-    else:
-        for job in jobs:
-            for s, (curve, lf) in one_run(job).items():
-                curves[s].append(curve)
-                lifted[s] = lf
-            if progress:
-                progress()
+    for res in map_runs(one_run, jobs, workers):
+        for s, (curve, lf) in res.items():
+            curves[s].append(curve)
+            lifted[s] = lf
+        if progress:
+            progress()
     results_json = []
     for s in todo:
         C = np.vstack(curves[s])
