@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import Select, delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import (
@@ -295,7 +295,7 @@ def pending_repeats(session: Session, source_id: int) -> list[int]:
     return list(session.scalars(stmt.order_by(Query.id)))
 
 
-def _row_totals(population_id: int):  # type: ignore[no-untyped-def]
+def _row_totals(population_id: int) -> Select[int, int, int, float | None, int]:
     """Per (dataset, row): answers, the sum of charged epsilons, and how many were raw (epsilon NULL)."""
     return (
         select(
@@ -318,7 +318,7 @@ def row_output_total(session: Session, dataset_id: int, index: int) -> tuple[flo
             func.count() - func.count(OutputCharge.epsilon),
         ).where(OutputCharge.dataset_id == dataset_id, OutputCharge.row_index == index)
     ).one()
-    return float(row[0]), int(row[1]) > 0
+    return float(row[0] or 0.0), int(row[1]) > 0
 
 
 def dataset_output_maxima(session: Session, population_id: int) -> dict[int, tuple[float, bool]]:
@@ -365,7 +365,7 @@ def output_epsilons(session: Session, population_id: int) -> list[float]:
         .where(OutputCharge.population_id == population_id, OutputCharge.epsilon.is_not(None))
         .distinct()
     )
-    return sorted(float(e) for e in session.scalars(stmt))
+    return sorted(float(e) for e in session.scalars(stmt) if e is not None)
 
 
 def partners_answering(session: Session, population_id: int) -> Sequence[Partner]:

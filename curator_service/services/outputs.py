@@ -82,15 +82,7 @@ class OutputPolicy:
                 f"({charged:.6g} at epsilon = {body.epsilon:g}): no query could be answered. Raise it to at "
                 f"least {charged:.6g} (k fresh answers need k x {charged:.6g})."
             )
-        return cls(
-            epsilon=body.epsilon,
-            B=body.B,
-            R=body.R,
-            fresh_repeats=body.fresh_repeats,
-            max_epsilon_per_row=body.max_epsilon_per_row,
-            store_raw=body.store_raw,
-            charged_epsilon=charged,
-        )
+        return cls(**body.model_dump(), charged_epsilon=charged)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutputPolicy:
