@@ -1,0 +1,134 @@
+"""The privatised surrogate gradient of DP-GIBO: per-user gradients, clipping, averaging, Gaussian noise.
+
+Paper: "Scalable DP Bayesian optimisation" (DP-GIBO), Algorithm 1 lines 6-8 and Lemma 3.1 (proof in App. B:
+sensitivity of the clipped average is 2B/n; noise 2B sqrt(T)/(n mu) per step makes each step
+mu/sqrt(T)-GDP and the T-fold composition mu-GDP, Corollary 2.5).
+
+Notation (shapes in brackets)::
+
+    n        number of users;  m design points;  d dimension
+    L        [m, n]  loss matrix: L[j, i] = L(D_j, x_i), loss of design point j on user i's record
+    W        [d, m]  grad k(theta, D) K(D, D)^{-1}  (gp.GradientGP.grad_weights)
+    G        [n, d]  per-user posterior-mean gradients, row i = g^(i) = W L[:, i]   (line 6)
+                     = L^T W^T: ONE matrix product; a non-finite row (from a NaN / inf loss) is set to 0
+    Pi_B(g)  = g min(1, B / |g|)                                                    (line 7)
+    g_bar    [d] = (1/n) sum_i Pi_B(g^(i))
+    sigma    = 2 B sqrt(T) / (n mu)                                                  (line 8, Lemma 3.1)
+    released = g_bar + noise(sigma, d)        noise(std, d) -> [d] draws N(0, std^2 I_d)
+
+``noise`` is a callable so that this module stays pure: production passes a vetted sampler (OpenDP), tests
+pass a seeded numpy one. ``mu = inf`` means no privacy: sigma = 0 and the noise callable is not called.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.errors import InputDataError
+
+FloatArray = npt.NDArray[np.float64]
+NoiseFn = Callable[[float, int], npt.ArrayLike]
+
+__all__ = [
+    "NoiseFn",
+    "PrivateGradientDiagnostics",
+    "clip_rows",
+    "noise_std",
+    "per_user_gradients",
+    "private_gradient",
+    "private_gradient_diagnostics",
+]
+
+
+def noise_std(B: float, T: int, n: int, mu: float) -> float:
+    """sigma = 2 B sqrt(T) / (n mu) (Alg. 1 line 8); 0 for mu = inf."""
+    if not (math.isfinite(B) and B > 0):
+        raise InputDataError(f"clipping bound B must be a finite number > 0, got {B!r}")
+    if not isinstance(T, int | np.integer) or isinstance(T, bool) or T < 1:
+        raise InputDataError(f"T (number of iterations) must be an integer >= 1, got {T!r}")
+    if not isinstance(n, int | np.integer) or n < 1:
+        raise InputDataError(f"n (number of users) must be an integer >= 1, got {n!r}")
+    if math.isnan(mu) or mu <= 0:
+        raise InputDataError(f"mu (GDP parameter) must be > 0 (inf for no privacy), got {mu!r}")
+    if math.isinf(mu):
+        return 0.0
+    return 2.0 * B * math.sqrt(T) / (n * mu)
+
+
+def per_user_gradients(W: npt.ArrayLike, L: npt.ArrayLike) -> FloatArray:
+    """G = L^T W^T [n, d] in one product (Alg. 1 line 6); rows that are not finite become 0."""
+    return _per_user_gradients(W, L)[0]
+
+
+def _per_user_gradients(W: npt.ArrayLike, L: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    w = np.asarray(W, dtype=np.float64)
+    loss = np.asarray(L, dtype=np.float64)
+    if w.ndim != 2 or loss.ndim != 2 or loss.shape[0] != w.shape[1]:
+        raise InputDataError(
+            f"need W [d, m] and the loss matrix L [m, n] with the same m, got W {w.shape} and L {loss.shape}"
+        )
+    if not np.isfinite(w).all():
+        raise InputDataError("the gradient weights W are not finite; check theta, the design and the kernel")
+    with np.errstate(invalid="ignore", over="ignore"):
+        G: FloatArray = loss.T @ w.T
+    bad: npt.NDArray[np.bool_] = np.asarray(~np.isfinite(G).all(axis=1))
+    G[bad] = 0.0
+    return G, bad
+
+
+def clip_rows(G: FloatArray, B: float) -> FloatArray:
+    """Row-wise Pi_B(g) = g min(1, B / |g|) (Alg. 1 line 7); zero rows stay zero."""
+    norms = np.linalg.norm(G, axis=1)
+    scale = np.minimum(1.0, B / np.maximum(norms, 1e-300))
+    out: FloatArray = G * scale[:, None]
+    return out
+
+
+@dataclass(frozen=True)
+class PrivateGradientDiagnostics:
+    """For tests and benchmarks only (contains per-user quantities; never release)."""
+
+    G: FloatArray  # [n, d] per-user gradients (non-finite rows zeroed)
+    G_clipped: FloatArray  # [n, d]
+    n_nonfinite: int
+    clean_average: FloatArray  # [d]
+    sigma: float
+    released: FloatArray  # [d]
+
+
+def private_gradient_diagnostics(
+    W: npt.ArrayLike, L: npt.ArrayLike, *, B: float, T: int, mu: float, noise: NoiseFn
+) -> PrivateGradientDiagnostics:
+    """Alg. 1 lines 6-8 with every intermediate; see ``private_gradient`` for what may be released."""
+    loss = np.asarray(L, dtype=np.float64)
+    if loss.ndim != 2 or loss.shape[1] < 1:
+        raise InputDataError(f"the loss matrix L must have shape [m, n] with n >= 1, got {loss.shape}")
+    n = int(loss.shape[1])
+    sigma = noise_std(B, T, n, mu)
+    G, bad = _per_user_gradients(W, loss)
+    n_nonfinite = int(bad.sum())
+    Gc = clip_rows(G, B)
+    avg: FloatArray = Gc.mean(axis=0)
+    d = int(avg.shape[0])
+    if sigma > 0:
+        z = np.asarray(noise(sigma, d), dtype=np.float64)
+        if z.shape != (d,) or not np.isfinite(z).all():
+            raise InputDataError(f"noise(std, d) must return a finite vector of shape [{d}], got {z.shape}")
+        released = avg + z
+    else:
+        released = avg.copy()
+    return PrivateGradientDiagnostics(
+        G=G, G_clipped=Gc, n_nonfinite=n_nonfinite, clean_average=avg, sigma=sigma, released=released
+    )
+
+
+def private_gradient(
+    W: npt.ArrayLike, L: npt.ArrayLike, *, B: float, T: int, mu: float, noise: NoiseFn
+) -> FloatArray:
+    """The released noisy clipped average gradient g_t + sigma w_t [d] (Alg. 1 lines 6-8)."""
+    return private_gradient_diagnostics(W, L, B=B, T=T, mu=mu, noise=noise).released
