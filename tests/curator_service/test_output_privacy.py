@@ -273,6 +273,7 @@ async def test_manual_dataset_privatises_the_posted_value(client: httpx.AsyncCli
     assert verify["ok"] and verify["entries"] == 2
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the noise does not depend on the DB
 async def test_service_answers_follow_the_declared_laplace(client: httpx.AsyncClient) -> None:
     """KS test of (answer - clip(y)) against Laplace(2(B+R)/eps) over 600 rows, with a half-scale control.
 
