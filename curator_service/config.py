@@ -54,6 +54,34 @@ class Settings(ServiceSettings):
         "and committing its row) are deleted once this old. 0 is safe when one process owns the data dir.",
     )
 
+    gradient_losses: dict[str, str] = Field(
+        default_factory=dict,
+        description="Plug-in losses of gradient oracles, by name: a JSON object such as "
+        '{"my-loss": "my_package.losses:my_loss"}. The function is called as fn(theta_batch [b, p], rows '
+        "[m, w]) and returns [m, b]; rows are the dataset's stored features, followed by its outcome column "
+        "when it has one. Row j's output must depend on row j alone: checked on the dataset's rows when an "
+        "oracle is created. Only the operator names these; a partner cannot.",
+    )
+
+    @field_validator("gradient_losses")
+    @classmethod
+    def _loss_names(cls, losses: dict[str, str]) -> dict[str, str]:
+        import re
+
+        from shared.bo.gibo.oracle import BUILTIN_LOSSES
+
+        for name, target in losses.items():
+            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", name) or name in BUILTIN_LOSSES:
+                raise ValueError(
+                    f"plug-in loss name {name!r} must be lower-case letters, digits, '.', '_' or '-' "
+                    f"(at most 64) and must not be a built-in loss ({', '.join(BUILTIN_LOSSES)})"
+                )
+            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", target):
+                raise ValueError(
+                    f"plug-in loss {name!r}: {target!r} is not of the form 'package.module:function'"
+                )
+        return losses
+
     @field_validator("admin_token")
     @classmethod
     def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:

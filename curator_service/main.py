@@ -19,7 +19,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from curator_service import csvparse
 from curator_service.api.deps import Components
-from curator_service.api.routes import access_log, datasets, health, partners, populations, queries, releases
+from curator_service.api.routes import (
+    access_log,
+    datasets,
+    gradients,
+    health,
+    partners,
+    populations,
+    queries,
+    releases,
+)
 from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import CuratorError
@@ -85,6 +94,10 @@ TAGS = [
         "description": "The people behind the datasets: one budget and one ledger per population (admin).",
     },
     {"name": "releases", "description": "DP releases of a dataset: create (admin), read and download."},
+    {
+        "name": "gradient oracles",
+        "description": "DP-GIBO: private gradient steps on a dataset's rows, mu-GDP charged at creation.",
+    },
     {"name": "partners", "description": "Partner tokens, their grants and query quotas (admin)."},
     {"name": "queries", "description": "Outcome queries by partners; results of manual measurements."},
     {"name": "access log", "description": "Who called what and when (admin)."},
@@ -290,7 +303,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         database_error_detail="internal database error; see the curator's log",
         unexpected_detail="internal error; see the curator's log",
     )
-    for module in (health, datasets, populations, releases, partners, queries, access_log):
+    for module in (health, datasets, populations, releases, gradients, partners, queries, access_log):
         app.include_router(module.router)
     app.add_middleware(UploadGuard, components=components)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])

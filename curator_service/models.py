@@ -126,6 +126,10 @@ class LedgerEntry(Base):
     population_id: Mapped[int] = mapped_column(ForeignKey("curator_populations.id"), index=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("curator_datasets.id"), index=True)
     release_id: Mapped[int | None] = mapped_column(ForeignKey("curator_releases.id"), unique=True)
+    #: The gradient oracle this entry pays for (mechanism ``dp-gibo``; migration 0005).
+    gradient_oracle_id: Mapped[int | None] = mapped_column(
+        ForeignKey("curator_gradient_oracles.id"), unique=True
+    )
     mechanism: Mapped[str] = mapped_column(String(16))
     epsilon: Mapped[float]
     delta: Mapped[float]
@@ -221,6 +225,64 @@ class OutputCharge(Base):
     query_id: Mapped[int] = mapped_column(Integer, unique=True)
     partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"))
     epsilon: Mapped[float | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GradientOracle(Base):
+    """A private gradient oracle (DP-GIBO) on one dataset: its loss, public bounds, clip B, and a mu-GDP
+    budget for ``steps`` steps, charged whole to the population's ledger at creation (migration 0005)."""
+
+    __tablename__ = "curator_gradient_oracles"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("curator_datasets.id"), index=True)
+    loss: Mapped[str] = mapped_column(String(64))
+    #: Loss parameters: {"intercept": bool, "delta_huber": c | None, "weight_clip": w | None}.
+    loss_params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    dimension: Mapped[int]
+    bounds: Mapped[list[list[float]]] = mapped_column(JSON)
+    clip: Mapped[float]
+    mu: Mapped[float]
+    steps: Mapped[int]
+    steps_used: Mapped[int] = mapped_column(Integer, default=0)
+    epsilon: Mapped[float]
+    delta: Mapped[float]
+    n: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GradientStep(Base):
+    """One answered step of an oracle: its data-independent inputs and the noisy gradient released."""
+
+    __tablename__ = "curator_gradient_steps"
+    __table_args__ = (
+        UniqueConstraint("oracle_id", "step"),
+        UniqueConstraint("oracle_id", "partner_id", "idempotency_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    oracle_id: Mapped[int] = mapped_column(ForeignKey("curator_gradient_oracles.id"))
+    step: Mapped[int]
+    partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    #: sha256 of the canonical request body (a replay with another body under the same key is a 409).
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    theta: Mapped[list[float]] = mapped_column(JSON)
+    points: Mapped[list[list[float]]] = mapped_column(JSON)
+    kernel: Mapped[dict[str, Any]] = mapped_column(JSON)
+    noise_var: Mapped[float]
+    jitter: Mapped[float]
+    gradient: Mapped[list[float]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OracleGrant(Base):
+    __tablename__ = "curator_oracle_grants"
+    __table_args__ = (UniqueConstraint("partner_id", "oracle_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"))
+    oracle_id: Mapped[int] = mapped_column(ForeignKey("curator_gradient_oracles.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

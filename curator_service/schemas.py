@@ -100,7 +100,9 @@ def release_detail(rel: Release) -> ReleaseDetail:
     )
 
 
-def partner_public(p: Partner, release_ids: list[int]) -> PartnerPublic:
+def partner_public(p: Partner, grants: tuple[list[int], list[int]]) -> PartnerPublic:
+    """``grants``: (release ids, gradient oracle ids)."""
+    release_ids, oracle_ids = grants
     return PartnerPublic(
         id=p.id,
         name=p.name,
@@ -110,6 +112,7 @@ def partner_public(p: Partner, release_ids: list[int]) -> PartnerPublic:
         revoked=p.revoked_at is not None,
         created_at=p.created_at,
         output_privacy=public_of(p),
+        gradient_oracle_ids=oracle_ids,
     )
 
 
@@ -134,6 +137,7 @@ def ledger_entry_public(e: LedgerEntry) -> LedgerEntryPublic:
         id=e.id,
         dataset_id=e.dataset_id,
         release_id=e.release_id,
+        gradient_oracle_id=e.gradient_oracle_id,
         mechanism=e.mechanism,
         epsilon=e.epsilon,
         delta=e.delta,

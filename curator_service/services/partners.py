@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
+from curator_service import gradient_repository as grepo
 from curator_service import repository as repo
 from curator_service.exceptions import InvalidInput, NotFound
 from curator_service.models import Partner, utcnow
@@ -26,6 +27,12 @@ def _check_release_ids(session: Session, release_ids: Sequence[int]) -> None:
         raise InvalidInput(f"unknown release id(s): {', '.join(map(str, missing))}")
 
 
+def _check_oracle_ids(session: Session, oracle_ids: Sequence[int]) -> None:
+    missing = sorted(set(oracle_ids) - grepo.existing_oracle_ids(session, oracle_ids))
+    if missing:
+        raise InvalidInput(f"unknown gradient oracle id(s): {', '.join(map(str, missing))}")
+
+
 def create_partner(
     session: Session,
     *,
@@ -33,9 +40,11 @@ def create_partner(
     release_ids: Sequence[int],
     max_queries: int,
     output_privacy: OutputPrivacy | None = None,
+    gradient_oracle_ids: Sequence[int] = (),
 ) -> tuple[Partner, str]:
     """A new partner token; with ``output_privacy`` every outcome answered to it is CTL-privatised."""
     _check_release_ids(session, release_ids)
+    _check_oracle_ids(session, gradient_oracle_ids)
     policy = None if output_privacy is None else OutputPolicy.from_request(output_privacy).as_dict()
     token = new_token()
     partner = Partner(
@@ -46,6 +55,7 @@ def create_partner(
     )
     repo.add(session, partner)
     repo.add_grants(session, partner.id, release_ids)
+    grepo.add_oracle_grants(session, partner.id, gradient_oracle_ids)
     return partner, token
 
 
@@ -56,10 +66,14 @@ def get_partner(session: Session, partner_id: int) -> Partner:
     return partner
 
 
-def grant(session: Session, partner_id: int, release_ids: Sequence[int]) -> Partner:
+def grant(
+    session: Session, partner_id: int, release_ids: Sequence[int], gradient_oracle_ids: Sequence[int] = ()
+) -> Partner:
     partner = get_partner(session, partner_id)
     _check_release_ids(session, release_ids)
+    _check_oracle_ids(session, gradient_oracle_ids)
     repo.add_grants(session, partner_id, release_ids)
+    grepo.add_oracle_grants(session, partner_id, gradient_oracle_ids)
     return partner
 
 
@@ -71,9 +85,16 @@ def revoke(session: Session, partner_id: int) -> Partner:
     return partner
 
 
-def granted(session: Session, partner_id: int) -> list[int]:
-    return repo.granted_release_ids(session, partner_id)
+def granted(session: Session, partner_id: int) -> tuple[list[int], list[int]]:
+    """(release ids, gradient oracle ids) the partner was granted."""
+    return repo.granted_release_ids(session, partner_id), grepo.granted_oracle_ids(session, partner_id)
 
 
-def list_partners(session: Session) -> tuple[Sequence[Partner], dict[int, list[int]]]:
-    return repo.list_partners(session), repo.grants_by_partner(session)
+def list_partners(
+    session: Session,
+) -> tuple[Sequence[Partner], dict[int, list[int]], dict[int, list[int]]]:
+    return (
+        repo.list_partners(session),
+        repo.grants_by_partner(session),
+        grepo.oracle_grants_by_partner(session),
+    )

@@ -37,6 +37,7 @@ def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -
         release_ids=body.release_ids,
         max_queries=body.max_queries,
         output_privacy=body.output_privacy,
+        gradient_oracle_ids=body.gradient_oracle_ids,
     )
     return PartnerCreated(
         id=partner.id,
@@ -45,13 +46,14 @@ def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -
         release_ids=sorted(set(body.release_ids)),
         max_queries=partner.max_queries,
         output_privacy=public_of(partner),
+        gradient_oracle_ids=sorted(set(body.gradient_oracle_ids)),
     )
 
 
 @router.get("/v1/partners", response_model=PartnersPublic, summary="List partners", responses=_ERRORS)
 def list_partners(_admin: AdminDep, session: SessionDep) -> PartnersPublic:
-    partners, grants = partner_service.list_partners(session)
-    data = [partner_public(p, grants.get(p.id, [])) for p in partners]
+    partners, grants, oracle_grants = partner_service.list_partners(session)
+    data = [partner_public(p, (grants.get(p.id, []), oracle_grants.get(p.id, []))) for p in partners]
     return PartnersPublic(data=data, count=len(data))
 
 
@@ -81,15 +83,15 @@ def get_partner(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> Par
 @router.post(
     "/v1/partners/{partner_id}/grants",
     response_model=PartnerPublic,
-    summary="Grant a partner more releases",
+    summary="Grant a partner more releases or gradient oracles",
     responses={
         **_ERRORS,
         404: {"description": "No such partner."},
-        422: {"description": "Unknown release ids."},
+        422: {"description": "Unknown release or gradient oracle ids."},
     },
 )
 def add_grants(partner_id: RowId, body: GrantCreate, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
-    p = partner_service.grant(session, partner_id, body.release_ids)
+    p = partner_service.grant(session, partner_id, body.release_ids, body.gradient_oracle_ids)
     return partner_public(p, partner_service.granted(session, p.id))
 
 

@@ -83,8 +83,12 @@ def _per_user_gradients(W: npt.ArrayLike, L: npt.ArrayLike) -> tuple[FloatArray,
 
 def clip_rows(G: FloatArray, B: float) -> FloatArray:
     """Row-wise Pi_B(g) = g min(1, B / |g|) (Alg. 1 line 7); zero rows stay zero."""
-    norms = np.linalg.norm(G, axis=1)
-    scale = np.minimum(1.0, B / np.maximum(norms, 1e-300))
+    # the norm of a row with entries near 1e308 would overflow: scale by its largest entry first
+    peak = np.max(np.abs(G), axis=1) if G.shape[1] else np.zeros(G.shape[0])
+    safe = np.where(peak > 0, peak, 1.0)
+    norms = peak * np.linalg.norm(G / safe[:, None], axis=1)
+    with np.errstate(over="ignore"):
+        scale = np.minimum(1.0, B / np.maximum(norms, 1e-300))
     out: FloatArray = G * scale[:, None]
     return out
 

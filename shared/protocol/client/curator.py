@@ -35,6 +35,10 @@ from shared.protocol.schemas import (
     AccessLogPublic,
     DatasetPublic,
     DatasetsPublic,
+    GradientOraclePublic,
+    GradientOraclesPublic,
+    GradientStepResult,
+    GradientStepsPublic,
     Health,
     PartnerCreated,
     PartnerPublic,
@@ -287,6 +291,7 @@ class CuratorClient:
         release_ids: list[int],
         max_queries: int,
         output_privacy: dict[str, Any] | None = None,
+        gradient_oracle_ids: list[int] | None = None,
     ) -> PartnerCreated:
         """Grant a modeler organisation access to releases with a query quota; the token is shown once.
 
@@ -298,6 +303,7 @@ class CuratorClient:
             release_ids=release_ids,
             max_queries=max_queries,
             output_privacy=output_privacy,
+            gradient_oracle_ids=gradient_oracle_ids,
         )
 
     def list_partners(self) -> PartnersPublic:
@@ -369,6 +375,33 @@ class CuratorClient:
     def verify_queries(self, release_id: int) -> QueryLogVerification:
         """Check the release's query-log hash chain on the curator (admin, or the granted partner)."""
         return self._call(API.verify_queries, release_id=release_id)
+
+    # -- gradient oracles (DP-GIBO) --------------------------------------------------------------------
+    def create_gradient_oracle(self, dataset_id: int, **body: Any) -> GradientOraclePublic:
+        """A private gradient oracle on a dataset (admin): its whole mu-GDP cost is charged at once.
+
+        ``body``: loss, dimension, bounds, clip, mu, steps, delta (+ intercept, delta_huber, weight_clip)."""
+        return self._call(API.create_gradient_oracle, dataset_id=dataset_id, body=body)
+
+    def list_gradient_oracles(self) -> GradientOraclesPublic:
+        """The oracles you may read (admin: all; partner: granted)."""
+        return self._call(API.list_gradient_oracles)
+
+    def get_gradient_oracle(self, oracle_id: int) -> GradientOraclePublic:
+        """One oracle: its public parameters, steps used and mu spent."""
+        return self._call(API.get_gradient_oracle, oracle_id=oracle_id)
+
+    def gradient_step(
+        self, oracle_id: int, body: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> GradientStepResult:
+        """One private gradient (partner): ``body`` = {theta, points, kernel, noise_var?, jitter?}.
+
+        A repeat with the same ``idempotency_key`` returns the stored answer (no second step)."""
+        return self._call(API.gradient_step, oracle_id=oracle_id, body=body, idempotency_key=idempotency_key)
+
+    def list_gradient_steps(self, oracle_id: int) -> GradientStepsPublic:
+        """The steps answered (admin: all; partner: its own)."""
+        return self._call(API.list_gradient_steps, oracle_id=oracle_id)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Escape hatch for endpoints without a method here: decoded JSON, same retries and errors."""

@@ -163,7 +163,12 @@ def _grant(*, release_ids: list[int]) -> Parts:
 
 
 def _partner(
-    *, name: str, release_ids: list[int], max_queries: int, output_privacy: dict[str, Any] | None = None
+    *,
+    name: str,
+    release_ids: list[int],
+    max_queries: int,
+    output_privacy: dict[str, Any] | None = None,
+    gradient_oracle_ids: list[int] | None = None,
 ) -> Parts:
     body: dict[str, Any] = {
         "name": name,
@@ -172,7 +177,18 @@ def _partner(
     }
     if output_privacy is not None:
         body["output_privacy"] = dict(output_privacy)
+    if gradient_oracle_ids:
+        body["gradient_oracle_ids"] = [int(i) for i in gradient_oracle_ids]
     return Parts(json=body)
+
+
+def _body(*, body: dict[str, Any]) -> Parts:
+    return Parts(json=dict(body))
+
+
+def _gradient_step(*, body: dict[str, Any], idempotency_key: str | None) -> Parts:
+    key = idempotency_key or uuid.uuid4().hex  # made once per call: every retry re-sends the same key
+    return Parts(json=dict(body), headers={"Idempotency-Key": key})
 
 
 def _access_log(*, limit: int, partner_id: int | None, after_id: int | None) -> Parts:
@@ -240,6 +256,28 @@ class API:
     list_queries = Endpoint("GET", "/v1/releases/{release_id}/queries", model(schemas.QueriesPublic))
     verify_queries = Endpoint(
         "GET", "/v1/releases/{release_id}/queries/verify", model(schemas.QueryLogVerification)
+    )
+    # gradient oracles (DP-GIBO)
+    create_gradient_oracle = Endpoint(
+        "POST",
+        "/v1/datasets/{dataset_id}/gradient-oracles",
+        model(schemas.GradientOraclePublic),
+        _body,
+        idempotent=False,
+    )
+    list_gradient_oracles = Endpoint("GET", "/v1/gradient-oracles", model(schemas.GradientOraclesPublic))
+    get_gradient_oracle = Endpoint(
+        "GET", "/v1/gradient-oracles/{oracle_id}", model(schemas.GradientOraclePublic)
+    )
+    gradient_step = Endpoint(  # safe to repeat thanks to the Idempotency-Key (never a second step)
+        "POST",
+        "/v1/gradient-oracles/{oracle_id}/steps",
+        model(schemas.GradientStepResult),
+        _gradient_step,
+        idempotent=True,
+    )
+    list_gradient_steps = Endpoint(
+        "GET", "/v1/gradient-oracles/{oracle_id}/steps", model(schemas.GradientStepsPublic)
     )
 
 

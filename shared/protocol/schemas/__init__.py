@@ -7,7 +7,8 @@ contract (docs/api.md); fields only ever get added.
 Privacy split: ``ReleasePublic`` is what a partner (the modeler) may see; ``ReleaseDetail`` adds the
 curator-private diagnostics (``sigma_min``, ``lifted``, the scaling) and is only served to the curator's
 admin. One module per seam: ``common`` (types, bounds, scaling), ``budget`` (populations, ledger, privacy
-report), ``datasets``, ``releases``, ``access`` (partners, queries, health, access log).
+report), ``datasets``, ``releases``, ``access`` (partners, queries, health, access log),
+``gradients`` (DP-GIBO oracles).
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ from shared.protocol.schemas.datasets import (
     DatasetPublic,
     DatasetsPublic,
 )
+from shared.protocol.schemas.gradients import (
+    GradientKernel,
+    GradientOracleCreate,
+    GradientOraclePublic,
+    GradientOraclesPublic,
+    GradientStepCreate,
+    GradientStepRecord,
+    GradientStepResult,
+    GradientStepsPublic,
+)
 from shared.protocol.schemas.releases import (
     NO_GUARANTEE_REASON,
     ReleaseCreate,
@@ -78,6 +89,14 @@ __all__ = [
     "EPSILON_MAX",
     "EPSILON_MIN",
     "FeatureProtection",
+    "GradientKernel",
+    "GradientOracleCreate",
+    "GradientOraclePublic",
+    "GradientOraclesPublic",
+    "GradientStepCreate",
+    "GradientStepRecord",
+    "GradientStepResult",
+    "GradientStepsPublic",
     "GrantCreate",
     "GuaranteeAtChange",
     "Health",

@@ -92,6 +92,9 @@ class PartnerCreate(Request):
         default_factory=list, max_length=1000, description="Releases this partner may read."
     )
     max_queries: int = Field(ge=0, le=10**9, description="Query quota over all granted releases.")
+    gradient_oracle_ids: list[RowId] = Field(
+        default_factory=list, max_length=1000, description="Gradient oracles this partner may step (DP-GIBO)."
+    )
     output_privacy: OutputPrivacy | None = Field(
         default=None,
         description="CTL(epsilon) on every outcome answered to this partner; absent: outcomes are "
@@ -108,6 +111,7 @@ class PartnerCreated(BaseModel):
     release_ids: list[int]
     max_queries: int
     output_privacy: OutputPrivacyPublic | None = None
+    gradient_oracle_ids: list[int] = Field(default_factory=list)
 
 
 class PartnerPublic(BaseModel):
@@ -121,6 +125,9 @@ class PartnerPublic(BaseModel):
     output_privacy: OutputPrivacyPublic | None = Field(
         default=None, description="CTL parameters of the partner's answers; null: answered raw."
     )
+    gradient_oracle_ids: list[int] = Field(
+        default_factory=list, description="Gradient oracles this partner may step (DP-GIBO)."
+    )
 
 
 class PartnersPublic(BaseModel):
@@ -131,7 +138,14 @@ class PartnersPublic(BaseModel):
 class GrantCreate(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"release_ids": [2, 3]}]})
 
-    release_ids: list[RowId] = Field(min_length=1, max_length=1000)
+    release_ids: list[RowId] = Field(default_factory=list, max_length=1000)
+    gradient_oracle_ids: list[RowId] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _something(self) -> GrantCreate:
+        if not self.release_ids and not self.gradient_oracle_ids:
+            raise ValueError("name at least one id in release_ids or gradient_oracle_ids")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------- queries

@@ -148,12 +148,13 @@ class LedgerEntryPublic(BaseModel):
     id: int
     dataset_id: int
     release_id: int | None
+    gradient_oracle_id: int | None = Field(default=None, description="The gradient oracle charged here.")
     mechanism: str
     epsilon: float
     delta: float
     native: dict[str, Any] | None = Field(
         description="The mechanism's own parameters (gaussian: noise_multiplier = sigma / sensitivity, "
-        "sensitivity, sigma), for accountants tighter than the sum."
+        "sensitivity, sigma; dp-gibo: mu, steps), for accountants tighter than the sum."
     )
     status: Literal["reserved", "spent"]
     created_at: datetime

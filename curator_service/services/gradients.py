@@ -1,0 +1,423 @@
+"""Private gradient oracles (DP-GIBO): create (admin; charges mu-GDP), read, step (granted partner).
+
+Paper: "Scalable DP Bayesian optimisation" (DP-GIBO), Algorithm 1 lines 5-8 and Lemma 3.1: T steps whose
+gradients are clipped to norm B, averaged over the n rows and given Gaussian noise of std 2 B sqrt(T)/(n mu)
+are mu-GDP together (replace-one neighbours). The whole T-step cost is converted to (epsilon, delta) at the
+oracle's delta (``shared.privacy.gdp.gdp_epsilon``, the closed form of Dong, Roth & Su 2019, Cor. 2.13,
+which agrees with dp-accounting's PLD under add-or-remove) and charged to the population's ledger when the
+oracle is created; steps cost nothing more.
+
+What keeps the guarantee here (each point is a test in tests/curator_service/test_gradient_oracles.py):
+
+* the oracle reads the stored columns of a dataset whose scaling is ``none`` or curator-declared scales;
+  ``max_norm`` datasets are refused (their factor is computed from every row, so no row stands alone);
+* a plug-in loss (operator settings only) must pass the row-independence check on the dataset's rows;
+* every non-data input of a step (theta, points, kernel, jitter) is validated against the oracle's public
+  bounds before any row is read, and the GP's weights are computed before the loss
+  (``shared.bo.gibo.oracle.oracle_gradient``); a row whose loss or gradient is not finite counts as 0;
+* a step reads, computes and records under the oracle's row lock, so the step counter is exact under
+  concurrency; a replay of an Idempotency-Key returns the stored gradient; the answer is
+  ``{step, gradient, steps_left}`` only;
+* the noise is OpenDP's vector Gaussian sampler, seeded by the OS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy.orm import Session
+
+from curator_service import gradient_repository as grepo
+from curator_service import repository as repo
+from curator_service.db import Database
+from curator_service.exceptions import Conflict, InvalidInput, NotFound
+from curator_service.models import Dataset, GradientOracle, GradientStep, LedgerEntry, Population
+from curator_service.services.auth import Principal
+from curator_service.services.datasets import get_dataset
+from curator_service.services.releases import fits, large_delta
+from curator_service.storage import ArrayStore
+from shared.bo.gibo.losses import check_row_independent
+from shared.bo.gibo.oracle import (
+    BUILTIN_LOSSES,
+    NEEDS_OUTCOME,
+    LossMatrix,
+    builtin_loss_matrix,
+    check_step,
+    kernel_from_spec,
+    loss_dimension,
+    oracle_gradient,
+    plugin_loss_matrix,
+)
+from shared.errors import InputDataError
+from shared.privacy.gdp import gaussian_noise, gdp_epsilon, gibo_noise_std
+from shared.privacy.rng import os_entropy_rng
+from shared.protocol.schemas import GradientOracleCreate, GradientOraclePublic, GradientStepCreate
+from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
+
+logger = logging.getLogger(__name__)
+
+PluginFn = Callable[[npt.NDArray[np.float64], npt.NDArray[np.float64]], npt.ArrayLike]
+#: Rows the plug-in check perturbs and compares (a subset of the dataset, chosen from OS entropy).
+PLUGIN_CHECK_ROWS = 64
+
+
+# ------------------------------------------------------------------------------------------- the losses
+
+
+def resolve_plugin(name: str, plugins: Mapping[str, str]) -> PluginFn:
+    target = plugins[name]
+    module_name, _, attr = target.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(
+            f"plug-in loss {name!r} points at {target!r}, which cannot be imported ({type(exc).__name__}); "
+            "fix POBO_CURATOR_GRADIENT_LOSSES"
+        ) from None
+    if not callable(fn):
+        raise InvalidInput(f"plug-in loss {name!r}: {target!r} is not a function")
+    return fn  # type: ignore[no-any-return]
+
+
+def _arrays(store: ArrayStore, dataset: Dataset) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
+    X = store.load(dataset.features_path, dataset.features_sha256)
+    y = None
+    if dataset.outcomes_path is not None and dataset.outcomes_sha256 is not None:
+        y = store.load(dataset.outcomes_path, dataset.outcomes_sha256)
+    return X, y
+
+
+def _plugin_rows(X: np.ndarray[Any, Any], y: np.ndarray[Any, Any] | None) -> npt.NDArray[np.float64]:
+    rows = np.asarray(X, dtype=np.float64)
+    return rows if y is None else np.hstack([rows, np.asarray(y, dtype=np.float64)[:, None]])
+
+
+def loss_matrix_of(
+    oracle: GradientOracle, store: ArrayStore, dataset: Dataset, plugins: Mapping[str, str]
+) -> tuple[LossMatrix, int]:
+    """The oracle's ``loss_matrix(points, rows)`` over the dataset, and the width of one row."""
+    X, y = _arrays(store, dataset)
+    params = oracle.loss_params
+    if oracle.loss in BUILTIN_LOSSES:
+        matrix = builtin_loss_matrix(
+            oracle.loss,
+            X,
+            y if oracle.loss in NEEDS_OUTCOME else None,
+            intercept=bool(params.get("intercept")),
+            delta_huber=float(params.get("delta_huber") or 1.0),
+            weight_clip=float(params.get("weight_clip") or 2.0),
+        )
+        return matrix, oracle.dimension
+    if oracle.loss not in plugins:
+        raise Conflict(
+            f"gradient oracle {oracle.id} uses the plug-in loss {oracle.loss!r}, which is no longer in "
+            "POBO_CURATOR_GRADIENT_LOSSES; the operator must restore it"
+        )
+    rows = _plugin_rows(X, y)
+    return plugin_loss_matrix(resolve_plugin(oracle.loss, plugins), rows), rows.shape[1]
+
+
+def _check_loss(
+    store: ArrayStore, dataset: Dataset, body: GradientOracleCreate, plugins: Mapping[str, str]
+) -> None:
+    """Refuse (422) what would break the guarantee or make no sense, before anything is written."""
+    if dataset.scaling.get("kind") == "max_norm":
+        raise InvalidInput(
+            f"dataset {dataset.id} was scaled with max_norm, whose factor is computed from every row: one "
+            "person's row then moves every other row, and the per-row sensitivity a gradient oracle's "
+            "guarantee rests on does not hold. Upload the data with scaling none or declared per-feature "
+            "scales."
+        )
+    if large_delta(body.delta, dataset.n):
+        raise InvalidInput(
+            f"delta = {body.delta:g} is not below 1/n = {1.0 / dataset.n:.3g} (dataset {dataset.id} has "
+            f"n = {dataset.n} rows): such a delta protects nobody in particular. Choose delta < 1/n."
+        )
+    if body.loss in BUILTIN_LOSSES:
+        try:
+            expected = loss_dimension(body.loss, dataset.d, intercept=body.intercept)
+        except InputDataError as exc:
+            raise InvalidInput(str(exc)) from None
+        if body.dimension != expected:
+            extra = " + 1 (intercept)" if body.intercept else ""
+            raise InvalidInput(
+                f"{body.loss} over dataset {dataset.id}'s {dataset.d} feature columns has dimension "
+                f"{dataset.d}{extra} = {expected}, not {body.dimension}"
+            )
+        if body.loss in NEEDS_OUTCOME:
+            X, y = _arrays(store, dataset)
+            if dataset.objective_mode != "column" or y is None:
+                raise InvalidInput(
+                    f"{body.loss} reads the outcome column, and dataset {dataset.id} has none (its outcomes "
+                    "are measured by hand): use gaussian-location or a dataset with an objective column"
+                )
+            if body.loss == "logistic-regression" and not np.isin(np.asarray(y), (0.0, 1.0)).all():
+                raise InvalidInput(
+                    f"logistic-regression needs 0/1 labels in the objective column "
+                    f"{dataset.objective!r} of dataset {dataset.id}; it holds other values"
+                )
+        return
+    if body.loss not in plugins:
+        known = ", ".join([*BUILTIN_LOSSES, *sorted(plugins)])
+        raise InvalidInput(f"unknown loss {body.loss!r}; this curator offers: {known}")
+    if body.intercept:
+        raise InvalidInput("intercept applies to the built-in regression losses only")
+    fn = resolve_plugin(body.loss, plugins)
+    X, y = _arrays(store, dataset)
+    rng = os_entropy_rng()
+    take = np.sort(rng.choice(dataset.n, size=min(dataset.n, PLUGIN_CHECK_ROWS), replace=False))
+    rows = _plugin_rows(np.asarray(X[take]), None if y is None else np.asarray(y[take]))
+    bounds = np.asarray(body.bounds, dtype=np.float64)
+    theta = bounds[:, 0] + (bounds[:, 1] - bounds[:, 0]) * rng.random((3, body.dimension))
+
+    def transposed(theta_batch: Any, table: Any, *, f: PluginFn = fn) -> Any:
+        return np.asarray(f(theta_batch, table)).T
+
+    try:
+        check_row_independent(partial(transposed), rows, rng=rng, theta_batch=theta)
+    except InputDataError as exc:
+        raise InvalidInput(f"plug-in loss {body.loss!r} was refused: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------- creation
+
+
+def _label(session: Session, population: Population) -> str:
+    ids = repo.dataset_ids_by_population(session).get(population.id, [])
+    named = f" {population.name!r}" if population.name else ""
+    return f"population {population.id}{named} (datasets {', '.join(map(str, ids))})"
+
+
+def create_oracle(
+    db: Database,
+    store: ArrayStore,
+    dataset_id: int,
+    body: GradientOracleCreate,
+    plugins: Mapping[str, str],
+) -> GradientOracle:
+    """Check the loss and the dataset, then in one transaction check-and-spend the budget and store it."""
+    with db.session(write=False) as session:
+        dataset = get_dataset(session, dataset_id)
+        session.expunge(dataset)
+    _check_loss(store, dataset, body, plugins)
+    epsilon = gdp_epsilon(body.mu, body.delta)
+    with db.session(write=True) as session:
+        dataset = get_dataset(session, dataset_id)
+        population = repo.lock_population(session, dataset.population_id)
+        assert population is not None
+        eps_spent, delta_spent = repo.ledger_totals(session, population.id)
+        for name, spent, asked, budget in (
+            ("epsilon", eps_spent, epsilon, population.epsilon_budget),
+            ("delta", delta_spent, body.delta, population.delta_budget),
+        ):
+            if not fits(spent, asked, budget):
+                raise Conflict(
+                    f"privacy budget exceeded: this oracle (mu = {body.mu:g} over {body.steps} steps) needs "
+                    f"{name}={asked:g} but {_label(session, population)} has {name} "
+                    f"{max(0.0, budget - spent):g} left (budget {budget:g}, spent {spent:g}); nothing was "
+                    "created"
+                )
+        oracle = GradientOracle(
+            dataset_id=dataset.id,
+            loss=body.loss,
+            loss_params={
+                "intercept": body.intercept,
+                "delta_huber": body.delta_huber,
+                "weight_clip": body.weight_clip,
+            },
+            dimension=body.dimension,
+            bounds=[[float(lo), float(hi)] for lo, hi in body.bounds],
+            clip=body.clip,
+            mu=body.mu,
+            steps=body.steps,
+            steps_used=0,
+            epsilon=epsilon,
+            delta=body.delta,
+            n=dataset.n,
+        )
+        repo.add(session, oracle)
+        entry = LedgerEntry(
+            population_id=population.id,
+            dataset_id=dataset.id,
+            gradient_oracle_id=oracle.id,
+            mechanism="dp-gibo",
+            epsilon=epsilon,
+            delta=body.delta,
+            native={"kind": "gdp", "mu": body.mu, "steps": body.steps, "clip": body.clip},
+            status="spent",
+        )
+        repo.add(session, entry)
+        session.commit()
+        return oracle
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def get_oracle(session: Session, principal: Principal, oracle_id: int) -> GradientOracle:
+    """The oracle, if the principal may read it (a partner gets the same 404 for "not granted")."""
+    oracle = grepo.get_oracle(session, oracle_id)
+    if oracle is not None and not principal.is_admin:
+        assert principal.partner_id is not None
+        if not grepo.has_oracle_grant(session, principal.partner_id, oracle_id):
+            oracle = None
+    if oracle is None:
+        raise NotFound(f"gradient oracle {oracle_id} does not exist")
+    return oracle
+
+
+def list_oracles(
+    session: Session, principal: Principal, dataset_id: int | None = None
+) -> Sequence[GradientOracle]:
+    if principal.is_admin:
+        if dataset_id is not None:
+            get_dataset(session, dataset_id)
+        return grepo.list_oracles(session, dataset_id=dataset_id)
+    assert principal.partner_id is not None
+    return grepo.list_oracles(session, ids=grepo.granted_oracle_ids(session, principal.partner_id))
+
+
+def list_steps(session: Session, principal: Principal, oracle_id: int) -> Sequence[GradientStep]:
+    get_oracle(session, principal, oracle_id)
+    return grepo.steps(session, oracle_id, None if principal.is_admin else principal.partner_id)
+
+
+def oracle_public(o: GradientOracle) -> GradientOraclePublic:
+    params = o.loss_params or {}
+    return GradientOraclePublic(
+        id=o.id,
+        dataset_id=o.dataset_id,
+        loss=o.loss,
+        dimension=o.dimension,
+        bounds=[list(map(float, b)) for b in o.bounds],
+        clip=o.clip,
+        mu=o.mu,
+        steps=o.steps,
+        steps_used=o.steps_used,
+        steps_left=o.steps - o.steps_used,
+        epsilon=o.epsilon,
+        delta=o.delta,
+        mu_spent=o.mu * math.sqrt(o.steps_used / o.steps),
+        n=o.n,
+        noise_std=gibo_noise_std(o.clip, o.n, o.mu, o.steps),
+        intercept=bool(params.get("intercept")),
+        delta_huber=params.get("delta_huber"),
+        weight_clip=params.get("weight_clip"),
+        created_at=o.created_at,
+    )
+
+
+# ------------------------------------------------------------------------------------------------- steps
+
+
+def request_digest(body: GradientStepCreate) -> str:
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replay(existing: GradientStep, digest: str, oracle_id: int) -> GradientStep:
+    if existing.request_sha256 != digest:
+        raise Conflict(
+            f"this Idempotency-Key was used for step {existing.step} of gradient oracle {oracle_id} with "
+            "other inputs; a retry must send the same body (or use a new key for a new step)"
+        )
+    return existing
+
+
+def _validate(oracle: GradientOracle, body: GradientStepCreate) -> None:
+    """Every non-data input, checked before a row is read (422 on failure)."""
+    kernel_from_spec(body.kernel.spec())
+    if len(body.theta) != oracle.dimension:
+        raise InvalidInput(f"theta must have {oracle.dimension} entries (the oracle's dimension)")
+    if any(len(p) != oracle.dimension for p in body.points):
+        raise InvalidInput(f"every point must have {oracle.dimension} entries (the oracle's dimension)")
+    points = body.points or [body.theta]  # checks theta alone when no point is new
+    check_step(body.theta, points, oracle.bounds)
+
+
+def step(
+    db: Database,
+    store: ArrayStore,
+    principal: Principal,
+    oracle_id: int,
+    body: GradientStepCreate,
+    idempotency_key: str | None,
+    plugins: Mapping[str, str],
+) -> tuple[GradientStep, int, bool]:
+    """One private gradient: (the step record, steps left, replayed?)."""
+    assert principal.partner_id is not None
+    digest = request_digest(body)
+    with db.session(write=False) as session:
+        oracle = get_oracle(session, principal, oracle_id)
+        if idempotency_key is not None:
+            existing = grepo.step_by_key(session, oracle_id, principal.partner_id, idempotency_key)
+            if existing is not None:
+                return _replay(existing, digest, oracle_id), oracle.steps - existing.step, True
+        _validate(oracle, body)
+        dataset = get_dataset(session, oracle.dataset_id)
+        loss_matrix, width = loss_matrix_of(oracle, store, dataset, plugins)
+        kernel = kernel_from_spec(body.kernel.spec())
+    with db.session(write=True) as session:
+        oracle = grepo.lock_oracle(session, oracle_id)  # steps of one oracle run one at a time
+        assert oracle is not None
+        if idempotency_key is not None:  # a concurrent retry may have answered it meanwhile
+            existing = grepo.step_by_key(session, oracle_id, principal.partner_id, idempotency_key)
+            if existing is not None:
+                return _replay(existing, digest, oracle_id), oracle.steps - existing.step, True
+        if oracle.steps_used >= oracle.steps:
+            raise Conflict(
+                f"gradient oracle {oracle_id} has answered all of its {oracle.steps} steps (its mu-GDP "
+                "budget is spent); ask the curator for a new oracle"
+            )
+        previous = [p for batch in grepo.design_points(session, oracle_id) for p in batch]
+        design = previous + [list(p) for p in body.points]
+        if not design:
+            raise InvalidInput("the first step must send at least one design point (points is empty)")
+        if len(design) > MAX_DESIGN_POINTS:
+            raise InvalidInput(
+                f"the design would hold {len(design)} points; an oracle's design holds at most "
+                f"{MAX_DESIGN_POINTS}"
+            )
+        gradient = oracle_gradient(
+            loss_matrix,
+            n=oracle.n,
+            row_width=width,
+            theta=body.theta,
+            design=design,
+            bounds=oracle.bounds,
+            kernel=kernel,
+            clip=oracle.clip,
+            steps=oracle.steps,
+            mu=oracle.mu,
+            noise=gaussian_noise,
+            noise_var=body.noise_var,
+            jitter=body.jitter,
+        )
+        number = grepo.take_step(session, oracle_id)
+        if number is None:  # pragma: no cover - the row lock makes the check above exact
+            raise Conflict(f"gradient oracle {oracle_id} has answered all of its {oracle.steps} steps")
+        record = GradientStep(
+            oracle_id=oracle_id,
+            step=number,
+            partner_id=principal.partner_id,
+            idempotency_key=idempotency_key,
+            request_sha256=digest,
+            theta=[float(v) for v in body.theta],
+            points=[[float(v) for v in p] for p in body.points],
+            kernel=body.kernel.spec(),
+            noise_var=body.noise_var,
+            jitter=body.jitter,
+            gradient=[float(v) for v in gradient],
+        )
+        repo.add(session, record)
+        session.commit()
+        return record, oracle.steps - number, False
