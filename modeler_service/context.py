@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +25,7 @@ from modeler_service.exceptions import (
     UpstreamError,
 )
 from modeler_service.models import Study
-from shared.bo.strategies import Strategy
+from shared.bo.strategies import GradientDomain, Strategy, get_strategy
 from shared.protocol.client import CuratorClient, CuratorError, CuratorProtocolError, npy_sha256
 from shared.servicekit.tls import client_ssl_context
 
@@ -35,13 +36,20 @@ ClientFactory = Callable[[str, str], CuratorClient]
 
 @dataclass
 class StudyState:
-    """In-memory companions of a study: Z, the rebuilt strategy, and a curator client."""
+    """In-memory companions of a study: what its strategy runs on (Z, or a gradient oracle's domain), the
+    rebuilt strategy, and a curator client."""
 
-    Z: npt.NDArray[np.float64]
-    strategy: Strategy | None = None
+    Z: npt.NDArray[np.float64] | None
+    domain: GradientDomain | None = None
+    strategy: Strategy[Any, Any] | None = None
     n_rounds: int = -1  # rounds the cached strategy has observed
     client: CuratorClient | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def inputs(self) -> Any:
+        """The strategy's first argument: Z [n, r] (a release study) or the ``GradientDomain``."""
+        return self.Z if self.Z is not None else self.domain
 
 
 class StudyCache:
@@ -100,10 +108,18 @@ class Context:
             ) from exc
 
     def state(self, study: Study) -> StudyState:
-        """The cached companions of ``study`` (Z loaded and sha256-checked on first use)."""
+        """The cached companions of ``study`` (Z loaded and sha256-checked on first use; a study over a
+        gradient oracle gets the oracle's domain from its stored public parameters instead)."""
         state = self.cache.get(study.id)
         if state is not None:
             return state
+        if get_strategy(study.strategy).runs_on == "gradient-oracle":
+            if not study.gradient_oracle:
+                raise StorageError(f"study {study.id} runs on a gradient oracle but has no oracle parameters")
+            domain = GradientDomain.from_public(study.gradient_oracle)
+            return self.cache.put(study.id, StudyState(Z=None, domain=domain))
+        if study.z_file is None or study.z_sha256 is None:
+            raise StorageError(f"study {study.id} runs on a release but has no stored Z")
         path = self.data_dir / study.z_file
         try:
             digest = npy_sha256(path)
@@ -154,8 +170,8 @@ def upstream(exc: CuratorError, what: str) -> Exception:
         )
     if exc.status_code == 404:
         return NotFound(
-            f"{what}: not found at the curator ({exc.detail}); the release may not be granted to this "
-            "partner token any more: ask the curator"
+            f"{what}: not found at the curator ({exc.detail}); it may not exist or may not be granted to "
+            "this partner token (any more): ask the curator"
         )
     if exc.status_code == 409:
         return Conflict(f"{what}: {exc.detail}")

@@ -6,10 +6,12 @@ in the data dir; the study row records its relative path and sha256.
 
 Two tables:
 
-* ``modeler_studies``: one optimisation over one curator release. Holds the curator token *encrypted*
-  (Fernet), the strategy's name and parameters, its private state and seed (never shown to the curator),
-  the run state, and the *write-ahead intent* of the round in flight (``pending_round``: planned before the
-  curator is asked, so a restarted process re-sends exactly the same requests with the same
+* ``modeler_studies``: one optimisation over one curator release, or (a ``gradient-oracle`` strategy such
+  as DP-GIBO) over one curator gradient oracle: then the release columns are null, ``gradient_oracle``
+  holds the oracle's public parameters and ``theta`` the strategy's current point. Holds the curator token
+  *encrypted* (Fernet), the strategy's name and parameters, its private state and seed (never shown to the
+  curator), the run state, and the *write-ahead intent* of the round in flight (``pending_round``: planned
+  before the curator is asked, so a restarted process re-sends exactly the same requests with the same
   Idempotency-Keys).
 * ``modeler_audit_entries``: append-only, one row per curator request, keyed by (round, request),
   hash-chained (``modeler_service.audit``). The strategy is rebuilt from these rows: the audit log *is* the
@@ -54,18 +56,24 @@ class Study(Base):
     # where the data is, and how to reach it
     curator_url: Mapped[str] = mapped_column(String(2048))
     curator_token_enc: Mapped[str] = mapped_column(Text)  # Fernet(settings key).encrypt(token); never echoed
-    release_id: Mapped[int] = mapped_column(Integer)
-    n: Mapped[int] = mapped_column(Integer)
-    r: Mapped[int] = mapped_column(Integer)
-    release_epsilon: Mapped[float] = mapped_column(Double)
-    release_delta: Mapped[float] = mapped_column(Double)
-    release_mechanism: Mapped[str] = mapped_column(String(16))  # "gaussian" | "po-gp-ucb"
-    release_formal_guarantee: Mapped[bool] = mapped_column(Boolean)
+    # a release study: the release; null for a gradient-oracle study
+    release_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n: Mapped[int] = mapped_column(Integer)  # rows of the release (gradient oracle: rows it averages over)
+    r: Mapped[int] = mapped_column(Integer)  # columns of Z (gradient oracle: the dimension d of theta)
+    release_epsilon: Mapped[float | None] = mapped_column(Double, nullable=True)
+    release_delta: Mapped[float | None] = mapped_column(Double, nullable=True)
+    release_mechanism: Mapped[str | None] = mapped_column(String(16), nullable=True)  # gaussian | po-gp-ucb
+    release_formal_guarantee: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     release_noise_std: Mapped[float | None] = mapped_column(Double, nullable=True)  # gaussian only
     release_lift: Mapped[str | None] = mapped_column(String(16), nullable=True)  # po-gp-ucb only
     release_omega: Mapped[float | None] = mapped_column(Double, nullable=True)  # po-gp-ucb only
-    z_file: Mapped[str] = mapped_column(String(255))  # relative to the data dir
-    z_sha256: Mapped[str] = mapped_column(String(64))
+    z_file: Mapped[str | None] = mapped_column(String(255), nullable=True)  # relative to the data dir
+    z_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # a gradient-oracle study: the oracle and its public parameters (GET /v1/gradient-oracles/{id})
+    gradient_oracle_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gradient_oracle: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    #: the strategy's current point (a gradient-oracle study: theta^(t) as a JSON list), else null
+    theta: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
 
     # the strategy (a name in shared.bo.strategies.REGISTRY and its validated parameters)
     strategy: Mapped[str] = mapped_column(String(32))
@@ -113,11 +121,11 @@ class AuditEntry(Base):
     at: Mapped[datetime] = mapped_column()
     round: Mapped[int] = mapped_column(Integer)
     request: Mapped[int] = mapped_column(Integer)  # position within the round, 0-based
-    kind: Mapped[str] = mapped_column(String(16))  # "row" (later "gradient")
+    kind: Mapped[str] = mapped_column(String(16))  # "row" or "gradient"
     row_index: Mapped[int | None] = mapped_column("row_index", Integer, nullable=True)
     y: Mapped[float | None] = mapped_column(Double, nullable=True)
     details: Mapped[Any] = mapped_column(JSON)  # the strategy's numbers (JSON object)
-    curator_query_id: Mapped[int] = mapped_column(Integer)
+    curator_query_id: Mapped[int] = mapped_column(Integer)  # row: the query id; gradient: the step number
     hash_version: Mapped[int] = mapped_column(Integer, default=2, server_default="2")
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))

@@ -10,7 +10,7 @@ from sqlalchemy import Table, bindparam, case, func, insert, null, select, updat
 from sqlalchemy.orm import Session
 
 from modeler_service.models import AuditEntry, Study, utcnow
-from shared.bo.strategies import Answer, RowRequest
+from shared.bo.strategies import Answer, GradientAnswer, RowRequest, gradient_answer_from_record
 
 #: Statuses in which a runner (thread) owns the study.
 #: A runner owns the study (a second run is a 409; a restart makes it ``ready`` again).
@@ -143,21 +143,24 @@ def set_pending_round(session: Session, study_id: str, pending: dict[str, Any], 
 # ------------------------------------------------------------------------------------------------- audit
 
 
-def rounds(session: Session, study_id: str, *, after_round: int = 0) -> list[list[Answer]]:
+def rounds(session: Session, study_id: str, *, after_round: int = 0) -> list[list[Answer | GradientAnswer]]:
     """Every recorded round (with ``round > after_round``) as the strategy observed it, in order: the
-    state the strategy is rebuilt from."""
+    state the strategy is rebuilt from (a row's outcome; a gradient step rebuilt from its ``details``)."""
     rows = session.execute(
-        select(AuditEntry.round, AuditEntry.row_index, AuditEntry.y, AuditEntry.details)
+        select(AuditEntry.round, AuditEntry.kind, AuditEntry.row_index, AuditEntry.y, AuditEntry.details)
         .where(AuditEntry.study_id == study_id, AuditEntry.round > after_round)
         .order_by(AuditEntry.seq)
     )
-    out: list[list[Answer]] = []
+    out: list[list[Answer | GradientAnswer]] = []
     current = None
-    for round_no, index, y, details in rows:
+    for round_no, kind, index, y, details in rows:
         if round_no != current:
             out.append([])
             current = round_no
-        out[-1].append(Answer(RowRequest(int(index), details or {}), float(y)))  # kind "row": both set
+        if kind == "gradient":
+            out[-1].append(gradient_answer_from_record(details or {}))
+        else:
+            out[-1].append(Answer(RowRequest(int(index), details or {}), float(y)))  # kind "row": both set
     return out
 
 
@@ -198,6 +201,7 @@ _ADVANCE_VALUES: dict[str, Any] = {
     "audit_head": bindparam("b_head"),
     "best_index": bindparam("b_best_index"),
     "best_y": bindparam("b_best_y"),
+    "theta": bindparam("b_theta", type_=_STUDIES.c.theta.type),
     "pending_round": null(),
     "updated_at": bindparam("b_now", type_=_STUDIES.c.updated_at.type),
 }
@@ -232,9 +236,11 @@ def advance_study(
     best_index: int | None,
     best_y: float | None,
     settle_status: str | None,
+    theta: list[float] | None = None,
 ) -> bool:
     """Record round ``round_no`` on the study row, iff it is still the one in flight (one UPDATE).
 
+    ``theta``: the strategy's point after the round (gradient studies; None for row studies).
     With ``settle_status`` the run also ends (status ``done``/``ready``, unless no runner owned the study).
     """
     params: dict[str, Any] = {
@@ -247,6 +253,7 @@ def advance_study(
         "b_head": head,
         "b_best_index": best_index,
         "b_best_y": best_y,
+        "b_theta": theta,
         "b_now": utcnow(),
     }
     stmt = _ADVANCE

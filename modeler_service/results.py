@@ -1,10 +1,12 @@
-"""A study's results: the audit log (JSON, CSV, verification) and the progress plot."""
+"""A study's results: the audit log (JSON, CSV, verification) and the progress plot (a release study: best
+value so far per query; a gradient-oracle study: the path of theta, one line per coordinate)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -19,6 +21,10 @@ from modeler_service.schemas import (
     AuditVerification,
 )
 from modeler_service.service import get_study
+from shared.bo.strategies import get_strategy
+
+#: Coordinates of theta drawn in a gradient study's plot (the first ones; the title says how many in all).
+PLOT_COORDINATES = 10
 
 #: Audit entry columns published under their own names.
 _ENTRY_FIELDS = (
@@ -114,10 +120,13 @@ def plot_png(session: Session, study_id: str) -> bytes:
     from matplotlib.figure import Figure
 
     study = get_study(session, study_id)
-    y = np.array(repo.outcomes(session, study_id), dtype=np.float64)
-    it = np.arange(1, y.size + 1)
     fig = Figure(figsize=(6.4, 4.0), dpi=100)
     ax = fig.add_subplot()
+    if get_strategy(study.strategy).runs_on == "gradient-oracle":
+        _theta_path(ax, study.id, study.strategy, study.gradient_oracle_id, theta_path(session, study_id))
+        return _png(fig)
+    y = np.array(repo.outcomes(session, study_id), dtype=np.float64)
+    it = np.arange(1, y.size + 1)
     if y.size:
         ax.plot(it, np.maximum.accumulate(y), drawstyle="steps-post", lw=2, label="best so far")
         ax.scatter(it, y, s=12, alpha=0.5, color="grey", label="observed y")
@@ -130,6 +139,44 @@ def plot_png(session: Session, study_id: str) -> bytes:
         f"study {study.id[:8]}: {study.strategy} on release {study.release_id} (n={study.n}, r={study.r})"
     )
     ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def theta_path(session: Session, study_id: str) -> list[list[float]]:
+    """theta^(0), theta^(1), ... of a gradient-oracle study, from its audit entries' ``theta`` and
+    ``theta_next`` (empty before the first step)."""
+    path: list[list[float]] = []
+    for e in repo.audit_entries(session, study_id):
+        details = e.details or {}
+        if e.kind != "gradient" or "theta" not in details or "theta_next" not in details:
+            continue
+        if not path:
+            path.append([float(v) for v in details["theta"]])
+        path.append([float(v) for v in details["theta_next"]])
+    return path
+
+
+def _theta_path(
+    ax: Any, study_id: str, strategy: str, oracle_id: int | None, path: list[list[float]]
+) -> None:
+    thetas = np.asarray(path, dtype=np.float64)
+    if thetas.size:
+        d = thetas.shape[1]
+        steps = np.arange(thetas.shape[0])
+        for k in range(min(d, PLOT_COORDINATES)):
+            ax.plot(steps, thetas[:, k], marker="o", ms=3, lw=1.5, label=f"theta[{k}]")
+        ax.legend(loc="best", fontsize="small")
+        shown = f"d={d}" if d <= PLOT_COORDINATES else f"first {PLOT_COORDINATES} of d={d}"
+    else:
+        ax.text(0.5, 0.5, "no steps yet", ha="center", va="center", transform=ax.transAxes)
+        shown = "no steps"
+    ax.set_xlabel("step")
+    ax.set_ylabel("theta")
+    ax.set_title(f"study {study_id[:8]}: {strategy} on gradient oracle {oracle_id} ({shown})")
+    ax.grid(alpha=0.3)
+
+
+def _png(fig: Any) -> bytes:
     fig.tight_layout()
     out = io.BytesIO()
     fig.savefig(out, format="png")

@@ -6,6 +6,11 @@ flight) and its audit entries, which double as the observations the strategy is 
 (``Strategy.from_history``). ``StudyCache`` keeps the rebuilt strategy in memory between rounds, keyed by
 the number of rounds it has observed; any mismatch (a restart, another worker) catches up or rebuilds from
 the database. This module knows strategies only through the registry interface.
+
+Two request kinds travel the same way: a row request (``POST /v1/releases/{id}/queries``; its answer a
+``QueryPublic``) and a gradient request (``POST /v1/gradient-oracles/{id}/steps`` with the body written
+ahead in the intent; its answer a ``GradientStepResult``, recorded with index and y null, the step number
+as curator query id and the step's inputs, the noisy gradient and the strategy's outcome in ``details``).
 """
 
 from __future__ import annotations
@@ -25,10 +30,29 @@ from modeler_service.context import Context
 from modeler_service.exceptions import Conflict, StorageError, UpstreamError
 from modeler_service.models import AuditEntry, Study, utcnow
 from modeler_service.schemas import RoundQuery
-from shared.bo.strategies import Answer, RowRequest, Strategy, get_strategy, parse_params, round_rng
+from shared.bo.strategies import (
+    Answer,
+    GradientAnswer,
+    GradientRequest,
+    RoundOutcome,
+    RowRequest,
+    Strategy,
+    get_strategy,
+    gradient_record,
+    parse_params,
+    round_rng,
+)
 from shared.errors import StrategyError
 from shared.protocol.keys import request_key
-from shared.protocol.schemas import QueryPublic
+from shared.protocol.schemas import GradientStepResult, QueryPublic
+
+#: The curator's answer to one request: a row query, or a gradient oracle's step.
+CuratorAnswer = QueryPublic | GradientStepResult
+
+
+def is_complete(answer: CuratorAnswer) -> bool:
+    """A gradient step is answered at once; a row query may wait for a measurement."""
+    return not isinstance(answer, QueryPublic) or answer.status == "complete"
 
 
 @dataclass(frozen=True)
@@ -41,8 +65,19 @@ class PlannedRequest:
     details: dict[str, Any]
     key: str
     query_id: int | None = None
+    body: dict[str, Any] | None = None  # a gradient request: the step's body, re-sent as is after a crash
 
-    def public(self, query: QueryPublic | None) -> RoundQuery:
+    def public(self, query: CuratorAnswer | None) -> RoundQuery:
+        if isinstance(query, GradientStepResult):
+            return RoundQuery(
+                request=self.request,
+                kind="gradient",
+                index=None,
+                status="complete",
+                y=None,
+                curator_query_id=query.step,
+                details={**self.details, "gradient": list(query.gradient), "steps_left": query.steps_left},
+            )
         answered = query is not None and query.status == "complete"
         status = "not_sent" if query is None and self.query_id is None else "pending"
         return RoundQuery(
@@ -73,10 +108,13 @@ class RoundIntent:
     def to_json(self) -> dict[str, Any]:
         return {"round": self.round, "requests": [r.__dict__ for r in self.requests]}
 
-    def with_query_ids(self, queries: Sequence[QueryPublic]) -> RoundIntent:
+    def with_query_ids(self, queries: Sequence[CuratorAnswer]) -> RoundIntent:
         return replace(
             self,
-            requests=tuple(replace(r, query_id=q.id) for r, q in zip(self.requests, queries, strict=True)),
+            requests=tuple(
+                replace(r, query_id=q.id) if isinstance(q, QueryPublic) else r
+                for r, q in zip(self.requests, queries, strict=True)
+            ),
         )
 
 
@@ -111,14 +149,15 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def new_strategy(study: Study, Z: Any, rounds: Sequence[Sequence[Answer]]) -> Strategy:
-    """The study's strategy after ``rounds`` (its name, parameters and private state from the study row)."""
+def new_strategy(study: Study, Z: Any, rounds: Sequence[Sequence[Any]]) -> Strategy[Any, Any]:
+    """The study's strategy after ``rounds`` (its name, parameters and private state from the study row);
+    ``Z`` is what it runs on (the release's Z, or the gradient oracle's domain)."""
     cls = get_strategy(study.strategy)
     params = parse_params(study.strategy, study.strategy_params)
     return cls.from_history(Z, params, study.strategy_state or {}, rounds)
 
 
-def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy:
+def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy[Any, Any]:
     """The study's strategy after its recorded rounds (cached; caught up or rebuilt from the DB on a miss).
 
     A cached strategy that is behind (another worker process recorded the last rounds) catches up by
@@ -141,7 +180,7 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy:
                     f"study {study.id} records {study.rounds_done} rounds and {study.iterations_done} "
                     f"queries but its audit log has {len(rounds)} rounds and {recorded} entries"
                 )
-            state.strategy = new_strategy(study, state.Z, rounds)
+            state.strategy = new_strategy(study, state.inputs, rounds)
             state.n_rounds = len(rounds)
         return state.strategy
 
@@ -157,15 +196,38 @@ def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> 
             f"strategy {study.strategy!r} planned {len(planned)} requests; a round has 1 to {budget}"
         )
     requests = []
+    kinds = get_strategy(study.strategy).kinds
     for j, req in enumerate(planned):
-        if not isinstance(req, RowRequest) or not 0 <= int(req.index) < study.n:
-            raise StrategyError(f"strategy {study.strategy!r} planned an invalid request {req!r}")
+        key = request_key(study.id, round_no, j)
         details = _json_safe(dict(req.details))
         json.dumps(details, allow_nan=False)  # fails here rather than in the audit chain
-        requests.append(
-            PlannedRequest(j, req.kind, int(req.index), details, request_key(study.id, round_no, j))
-        )
+        if isinstance(req, RowRequest) and "row" in kinds and 0 <= int(req.index) < study.n:
+            requests.append(PlannedRequest(j, "row", int(req.index), details, key))
+        elif (
+            isinstance(req, GradientRequest) and "gradient" in kinds and study.gradient_oracle_id is not None
+        ):
+            body = req.body()
+            json.dumps(body, allow_nan=False)
+            requests.append(PlannedRequest(j, "gradient", None, details, key, body=body))
+        else:
+            raise StrategyError(f"strategy {study.strategy!r} planned an invalid request {req!r}")
     return RoundIntent(round_no, tuple(requests))
+
+
+def round_outcome(
+    session: Session, ctx: Context, study: Study, intent: RoundIntent, answers: Sequence[CuratorAnswer]
+) -> RoundOutcome:
+    """What the strategy adds to the round's audit entries before observing it (``Strategy.outcome``:
+    e.g. DP-GIBO's theta_next), from the strategy caught up to the round before this one."""
+    with ctx.state(study).lock:
+        strategy = strategy_for(session, ctx, study)
+        outcome = strategy.outcome(answers_of(intent, answers))
+    if len(outcome.details) != len(intent.requests):
+        raise StrategyError(
+            f"strategy {study.strategy!r} reported {len(outcome.details)} outcomes for "
+            f"{len(intent.requests)} requests"
+        )
+    return outcome
 
 
 # ------------------------------------------------------------------------------------- intent, outcome
@@ -191,9 +253,10 @@ def record_round(
     session: Session,
     study: Study,
     intent: RoundIntent,
-    queries: Sequence[QueryPublic],
+    queries: Sequence[CuratorAnswer],
     *,
     settle_at: int | None = None,
+    outcome: RoundOutcome | None = None,
 ) -> list[AuditEntry]:
     """The round's audit entries and the study's counters, in the caller's one transaction.
 
@@ -201,16 +264,25 @@ def record_round(
     study row is advanced with one conditional UPDATE that also checks that nothing moved in between (same
     round in flight, same audit head); otherwise ``Conflict`` and the inserts are rolled back. With
     ``settle_at``, reaching that many queries ends the run in the same UPDATE (``done`` when the budget is
-    used, else ``ready``).
+    used, else ``ready``). ``outcome``: the strategy's numbers for the round (``round_outcome``): merged
+    into each entry's details, and its point (a gradient study's theta) stored on the study.
     """
     for query in queries:
-        if query.y is None or query.status != "complete":
+        if isinstance(query, QueryPublic) and (query.y is None or query.status != "complete"):
             raise UpstreamError(f"query {query.id} has no outcome yet")
+    extras = outcome.details if outcome is not None else tuple({} for _ in queries)
     entries: list[AuditEntry] = []
     head = study.audit_head
     best = (study.best_index, study.best_y)
     now = utcnow()
-    for req, query in zip(intent.requests, queries, strict=True):
+    for req, query, extra in zip(intent.requests, queries, extras, strict=True):
+        if isinstance(query, GradientStepResult):
+            answer = _gradient_answer(req, query)
+            y, query_id = None, int(query.step)
+            details = _json_safe(gradient_record(answer, extra))
+        else:
+            y, query_id = float(query.y), int(query.id)  # type: ignore[arg-type]
+            details = _json_safe({**req.details, **extra}) if extra else req.details
         entry = AuditEntry(
             study_id=study.id,
             seq=study.iterations_done + 1 + req.request,
@@ -219,9 +291,9 @@ def record_round(
             request=req.request,
             kind=req.kind,
             row_index=req.index,
-            y=float(query.y),  # type: ignore[arg-type]
-            details=req.details,
-            curator_query_id=int(query.id),
+            y=y,
+            details=details,
+            curator_query_id=query_id,
             hash_version=HASH_VERSION,
             prev_hash=head,
         )
@@ -251,6 +323,7 @@ def record_round(
         head=head,
         best_index=best[0],
         best_y=best[1],
+        theta=study.theta if outcome is None or outcome.point is None else [float(v) for v in outcome.point],
         settle_status=settle_status,
     )
     if not advanced:
@@ -258,14 +331,33 @@ def record_round(
     return entries
 
 
-def answers_of(intent: RoundIntent, queries: Sequence[QueryPublic]) -> list[Answer]:
-    return [
-        Answer(RowRequest(int(r.index), r.details), float(q.y))  # type: ignore[arg-type]
-        for r, q in zip(intent.requests, queries, strict=True)
-    ]
+def _gradient_answer(req: PlannedRequest, result: GradientStepResult) -> GradientAnswer:
+    body = req.body or {}
+    request = GradientRequest(
+        theta=tuple(float(v) for v in body["theta"]),
+        points=tuple(tuple(float(v) for v in p) for p in body["points"]),
+        kernel=dict(body["kernel"]),
+        noise_var=float(body["noise_var"]),
+        jitter=float(body["jitter"]),
+        details=req.details,
+    )
+    return GradientAnswer(request, tuple(float(v) for v in result.gradient), int(result.step))
 
 
-def observe_cached(ctx: Context, study_id: str, intent: RoundIntent, queries: Sequence[QueryPublic]) -> None:
+def answers_of(intent: RoundIntent, queries: Sequence[CuratorAnswer]) -> list[Answer | GradientAnswer]:
+    """The round's answers as its strategy observes them (a row's outcome, or a gradient step's)."""
+    out: list[Answer | GradientAnswer] = []
+    for r, q in zip(intent.requests, queries, strict=True):
+        if isinstance(q, GradientStepResult):
+            out.append(_gradient_answer(r, q))
+        else:
+            out.append(Answer(RowRequest(int(r.index), r.details), float(q.y)))  # type: ignore[arg-type]
+    return out
+
+
+def observe_cached(
+    ctx: Context, study_id: str, intent: RoundIntent, queries: Sequence[CuratorAnswer]
+) -> None:
     """Condition the cached strategy on a just-recorded round; if the cache is not exactly one round
     behind, it is dropped and rebuilt from the database next time."""
     state = ctx.cache.get(study_id)

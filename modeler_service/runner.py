@@ -4,15 +4,17 @@ One round, in short transactions around the two slow parts (the strategy's arith
 
     read study; if no intent: plan the round (strategy)   -- no lock held while the strategy works
     tx: write-ahead intent (round, requests, their numbers and Idempotency-Keys)   -- survives a crash
-    curator: POST /v1/releases/{id}/queries per request, Idempotency-Key = shared.protocol.keys.request_key
+    curator: POST /v1/releases/{id}/queries per row request, or POST /v1/gradient-oracles/{id}/steps with
+             the body written ahead per gradient request; Idempotency-Key = shared.protocol.keys.request_key
              (a "manual" dataset: pending queries; the study is awaiting_measurement and long-polls
              GET /v1/queries/{id}?wait= until every request of the round is measured, in any order)
+    the strategy's outcome of the round (Strategy.outcome: e.g. DP-GIBO's theta_next; no state change)
     tx: the round's audit entries + counters, intent cleared   -- one transaction
     observe (strategy, in the cache)
 
 A crash anywhere is repaired by running the same round again: the intent gives the same requests and the
-same keys, so the curator returns the queries it already made (never charged twice); an intent whose
-outcomes were recorded no longer exists.
+same keys (and a gradient step's same body), so the curator returns the queries or steps it already made
+(never charged twice); an intent whose outcomes were recorded no longer exists.
 
 ``RunnerRegistry`` runs a study's rounds in a thread of its own (the event loop never does arithmetic or
 blocking HTTP); the database status, claimed with one conditional UPDATE, guarantees one runner per study.
@@ -34,10 +36,10 @@ from modeler_service.db import transaction
 from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
 from modeler_service.models import Study, utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
-from modeler_service.rounds import PlannedRequest, RoundIntent
+from modeler_service.rounds import CuratorAnswer, PlannedRequest, RoundIntent, is_complete
 from modeler_service.schemas import StepResult, StepTimings
 from shared.errors import PoboError
-from shared.protocol.client import CuratorError
+from shared.protocol.client import CuratorClient, CuratorError
 from shared.protocol.schemas import QueryPublic
 
 log = logging.getLogger("pobo.modeler.runner")
@@ -104,19 +106,13 @@ class Stepper:
         db_s = t_curator - t_start - plan_s  # the claim/intent transaction (and a cache warm-up, if any)
         client = ctx.client(study)
         what = f"study {study_id} round {intent.round}"
-        queries: list[QueryPublic] = []
+        queries: list[CuratorAnswer] = []
         try:
             for req in intent.requests:
-                if req.query_id is not None:
-                    query = client.get_query(req.query_id)
-                else:
-                    assert req.index is not None  # a row request always names its row
-                    query = client.create_query(study.release_id, req.index, idempotency_key=req.key)
-                self._check(study.release_id, req, query, what)
-                queries.append(query)
+                queries.append(self._send(client, study, req, what))
         except CuratorError as exc:
             raise upstream(exc, what) from exc
-        if any(q.status != "complete" for q in queries):
+        if not all(is_complete(q) for q in queries):
             # the round waits for a measurement: its query ids join the intent (shown in the study, and
             # the wait is resumed by id); an answered round goes straight to its record below
             intent = intent.with_query_ids(queries)
@@ -129,10 +125,10 @@ class Stepper:
             log.info(
                 "%s: awaiting the curator's measurement of %d queries",
                 what,
-                sum(q.status != "complete" for q in queries),
+                sum(not is_complete(q) for q in queries),
             )
             for j, query in enumerate(queries):
-                while query.status != "complete":
+                while isinstance(query, QueryPublic) and query.status != "complete":
                     if stop is not None and stop.is_set():
                         return None
                     try:
@@ -147,13 +143,41 @@ class Stepper:
         curator_s = time.perf_counter() - t_curator
 
         t0 = time.perf_counter()
+        with transaction(ctx.db, write=False) as session:
+            outcome = rounds.round_outcome(session, ctx, study, intent, queries)
+        plan_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
         with transaction(ctx.db) as session:
-            rounds.record_round(session, study, intent, queries, settle_at=settle_at)
+            rounds.record_round(session, study, intent, queries, settle_at=settle_at, outcome=outcome)
         t1 = time.perf_counter()
         rounds.observe_cached(ctx, study_id, intent, queries)
         plan_s += time.perf_counter() - t1
         db_s += t1 - t0
         return self._result(intent, study, queries, plan_s, curator_s, db_s, t_start)
+
+    def _send(self, client: CuratorClient, study: Study, req: PlannedRequest, what: str) -> CuratorAnswer:
+        """One request of the round to the curator (a repeat of a sent one returns the curator's record)."""
+        if req.kind == "gradient":
+            if study.gradient_oracle_id is None or req.body is None:
+                raise UpstreamError(
+                    f"{what}: a gradient request needs the study's gradient oracle and a body"
+                )
+            result = client.gradient_step(study.gradient_oracle_id, req.body, idempotency_key=req.key)
+            dimension = len(req.body["theta"])
+            if len(result.gradient) != dimension:
+                raise UpstreamError(
+                    f"{what}: gradient oracle {study.gradient_oracle_id} answered step {result.step} with "
+                    f"{len(result.gradient)} numbers, but theta has {dimension}"
+                )
+            return result
+        if study.release_id is None or req.index is None:  # a row request always names its row
+            raise UpstreamError(f"{what}: a row request needs the study's release and a row index")
+        if req.query_id is not None:
+            query = client.get_query(req.query_id)
+        else:
+            query = client.create_query(study.release_id, req.index, idempotency_key=req.key)
+        self._check(study.release_id, req, query, what)
+        return query
 
     @staticmethod
     def _check(release_id: int, req: PlannedRequest, query: QueryPublic, what: str) -> None:
@@ -168,7 +192,7 @@ class Stepper:
     def _result(
         intent: RoundIntent,
         study: Study,
-        queries: list[QueryPublic],
+        queries: list[CuratorAnswer],
         plan_s: float,
         curator_s: float,
         db_s: float,

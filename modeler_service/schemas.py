@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from shared.bo.strategies import REGISTRY
 from shared.protocol.schemas import Request
@@ -27,7 +27,9 @@ class FixedHyperparameters(Request):
 
 
 class StudyCreate(Request):
-    """A study over a curator release, run by a strategy of the registry (``GET /v1/strategies``)."""
+    """A study over a curator release (``release_id``), or for a strategy that runs on a gradient oracle
+    (``dp-gibo``) over a curator gradient oracle (``gradient_oracle_id``), run by a strategy of the registry
+    (``GET /v1/strategies``: each entry's ``runs_on`` says which of the two it needs)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -49,6 +51,14 @@ class StudyCreate(Request):
                     "iterations": 50,
                     "strategy_params": {"batch_size": 5},
                 },
+                {
+                    "curator_url": "http://127.0.0.1:8001",
+                    "gradient_oracle_id": 1,
+                    "curator_token": "<partner token from the curator>",
+                    "strategy": "dp-gibo",
+                    "iterations": 20,
+                    "strategy_params": {"updater": "adagrad", "tolerance": 0.01},
+                },
             ]
         },
     )
@@ -60,7 +70,19 @@ class StudyCreate(Request):
         pattern=r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$",
         description="Base URL of the curator service (http:// or https://, ASCII).",
     )
-    release_id: int = Field(ge=1, le=2**31 - 1, description="The curator release to optimise over.")
+    release_id: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="The curator release to optimise over (strategies that run on a release).",
+    )
+    gradient_oracle_id: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="The curator gradient oracle to optimise with (strategies that run on a gradient oracle: "
+        "dp-gibo); give it instead of release_id.",
+    )
     curator_token: SecretStr = Field(
         min_length=1,
         max_length=4096,
@@ -106,6 +128,33 @@ class StudyCreate(Request):
         "on the curator's release or noise.",
     )
 
+    @model_validator(mode="after")
+    def _one_source(self) -> StudyCreate:
+        """Exactly one of release_id and gradient_oracle_id, the one the strategy runs on."""
+        cls = REGISTRY.get(str(self.strategy))
+        runs_on = cls.runs_on if cls is not None else "release"
+        if runs_on == "gradient-oracle":
+            if self.release_id is not None:
+                raise ValueError(
+                    f"strategy {self.strategy!r} runs on a curator gradient oracle: give gradient_oracle_id "
+                    "instead of release_id"
+                )
+            if self.gradient_oracle_id is None:
+                raise ValueError(
+                    f"strategy {self.strategy!r} runs on a curator gradient oracle: give gradient_oracle_id "
+                    "(the oracle the curator granted your partner token)"
+                )
+        else:
+            if self.gradient_oracle_id is not None:
+                raise ValueError(
+                    f"strategy {self.strategy!r} runs on a curator release, not a gradient oracle: give "
+                    "release_id instead of gradient_oracle_id (strategies that use a gradient oracle: "
+                    f"{', '.join(sorted(n for n, c in REGISTRY.items() if c.runs_on == 'gradient-oracle'))})"
+                )
+            if self.release_id is None:
+                raise ValueError(f"strategy {self.strategy!r} runs on a curator release: give release_id")
+        return self
+
     def merged_params(self) -> dict[str, Any]:
         """``strategy_params`` with the top-level shorthands folded in (both given: a 422)."""
         params = dict(self.strategy_params)
@@ -122,7 +171,13 @@ class StudyCreate(Request):
 class StrategyInfo(BaseModel):
     name: str
     description: str
-    kinds: list[str] = Field(description='The request kinds it sends: "row" (a row\'s outcome by index).')
+    kinds: list[str] = Field(
+        description='The request kinds it sends: "row" (a row\'s outcome by index) or "gradient" (a private '
+        "gradient step of a curator gradient oracle)."
+    )
+    runs_on: Literal["release", "gradient-oracle"] = Field(
+        description="What a study of it needs: release_id (release) or gradient_oracle_id (gradient-oracle)."
+    )
     params_schema: dict[str, Any] = Field(description="JSON schema of its strategy_params.")
 
 
@@ -133,10 +188,18 @@ class StrategiesPublic(BaseModel):
 class BestPoint(BaseModel):
     """The best row so far: the largest outcome answered, a row played several times in one round (an
     epoch of MoMA-GP-UCB) counting with the mean of those answers. Under output privacy the answers are
-    noisy, so this is the best *answer*, not the best row's true outcome."""
+    noisy, so this is the best *answer*, not the best row's true outcome.
 
-    index: int
-    y: float
+    A gradient-oracle study (DP-GIBO) has no rows and no outcomes: its best is the current ``theta`` (what
+    Algorithm 1 returns after the steps so far), with ``index`` and ``y`` null."""
+
+    index: int | None
+    y: float | None
+    theta: list[float] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Gradient-oracle studies only: the current theta (absent for release studies).",
+    )
 
 
 class ReleaseInfo(BaseModel):
@@ -153,6 +216,30 @@ class ReleaseInfo(BaseModel):
     lift: str | None = Field(description="po-gp-ucb only.")
     omega: float | None = Field(description="po-gp-ucb only.")
     sha256: str
+
+
+class GradientOracleInfo(BaseModel):
+    """The public parameters of the gradient oracle a study runs on, as the curator showed this partner
+    when the study was created (``GET /v1/gradient-oracles/{id}``)."""
+
+    id: int
+    dataset_id: int
+    loss: str
+    dimension: int
+    bounds: list[list[float]]
+    clip: float = Field(description="B: each row's gradient is clipped to norm B.")
+    mu: float = Field(description="mu-GDP of all the oracle's steps together.")
+    steps: int = Field(description="T: how many steps the oracle answers in all.")
+    steps_left: int = Field(description="Steps left when the study was created.")
+    epsilon: float
+    delta: float
+    n: int = Field(description="Rows the gradients average over.")
+    noise_std: float = Field(
+        description="Std of the Gaussian noise per coordinate: 2 clip sqrt(steps)/(n mu)."
+    )
+    intercept: bool
+    delta_huber: float | None = None
+    weight_clip: float | None = None
 
 
 class PendingQuery(BaseModel):
@@ -181,10 +268,13 @@ class PendingRound(BaseModel):
 class StudyPublic(BaseModel):
     id: str
     status: StudyStatus
-    release_id: int
+    release_id: int | None = Field(description="The release (null for a gradient-oracle study).")
+    gradient_oracle_id: int | None = Field(
+        default=None, description="The gradient oracle (gradient-oracle studies only, else null)."
+    )
     curator_url: str
-    n: int
-    r: int
+    n: int = Field(description="Rows of the release (gradient oracle: the rows its gradients average over).")
+    r: int = Field(description="Columns of Z (gradient oracle: the dimension d of theta).")
     strategy: str
     strategy_params: dict[str, Any]
     iterations_total: int
@@ -203,7 +293,12 @@ class StudyPublic(BaseModel):
     retry_attempts: int = Field(
         default=0, description="waiting_for_curator: failed attempts in a row (the backoff grows with them)."
     )
-    release: ReleaseInfo
+    release: ReleaseInfo | None = Field(
+        description="The release's public parameters (null: gradient oracle)."
+    )
+    gradient_oracle: GradientOracleInfo | None = Field(
+        default=None, description="The gradient oracle's public parameters (gradient-oracle studies only)."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -274,7 +369,7 @@ class AuditEntryPublic(BaseModel):
     beta: float | None = Field(default=None, description="details.beta, if reported.")
     mean: float | None = Field(default=None, description="details.mean, if reported.")
     std: float | None = Field(default=None, description="details.std, if reported.")
-    curator_query_id: int
+    curator_query_id: int = Field(description="The curator's query id (row) or step number (gradient).")
     hash_version: int
     prev_hash: str
     hash: str

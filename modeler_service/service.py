@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -30,6 +31,7 @@ from modeler_service.models import Study
 from modeler_service.rounds import RoundIntent
 from modeler_service.schemas import (
     BestPoint,
+    GradientOracleInfo,
     PendingQuery,
     PendingRound,
     ReleaseInfo,
@@ -40,7 +42,14 @@ from modeler_service.schemas import (
     StudyCreate,
     StudyPublic,
 )
-from shared.bo.strategies import catalogue, get_strategy, parse_params
+from shared.bo.strategies import (
+    GradientDomain,
+    Strategy,
+    StrategyParams,
+    catalogue,
+    get_strategy,
+    parse_params,
+)
 from shared.errors import InputDataError
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.client import CuratorError, ReleaseIntegrityError
@@ -79,13 +88,29 @@ def check_curator_url(url: str, allowlist: list[str]) -> None:
 
 
 def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
-    """Fetch the release's public parameters and Z (sha256-verified, stored atomically), then the study."""
+    """Validate the strategy's parameters, then create the study on what the strategy runs on: a release
+    (its public parameters and Z) or a gradient oracle (its public parameters)."""
     check_curator_url(body.curator_url, ctx.settings.curator_url_allowlist)
     try:
         strategy = get_strategy(body.strategy)
         params = parse_params(body.strategy, body.merged_params())
     except (InputDataError, ValueError) as exc:
         raise Unprocessable(str(exc)) from exc
+    if strategy.runs_on == "gradient-oracle":
+        return _create_on_gradient_oracle(session, ctx, body, strategy, params)
+    return _create_on_release(session, ctx, body, strategy, params)
+
+
+def _create_on_release(
+    session: Session,
+    ctx: Context,
+    body: StudyCreate,
+    strategy: type[Strategy[Any, Any]],
+    params: StrategyParams,
+) -> Study:
+    """Fetch the release's public parameters and Z (sha256-verified, stored atomically), then the study."""
+    if body.release_id is None:  # StudyCreate checks it; for the type checker
+        raise Unprocessable(f"strategy {body.strategy!r} runs on a curator release: give release_id")
     study_id = uuid.uuid4().hex
     token = body.curator_token.get_secret_value()
     client = ctx.client_factory(body.curator_url, token)
@@ -148,6 +173,72 @@ def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
     return repo.add_study(session, study)
 
 
+def _create_on_gradient_oracle(
+    session: Session,
+    ctx: Context,
+    body: StudyCreate,
+    strategy: type[Strategy[Any, Any]],
+    params: StrategyParams,
+) -> Study:
+    """Fetch the gradient oracle's public parameters (404 when unknown or not granted), check that the
+    study's iterations fit the steps it has left and that the parameters fit its domain, then the study."""
+    oracle_id = body.gradient_oracle_id
+    if oracle_id is None:  # StudyCreate checks it; for the type checker
+        raise Unprocessable(f"strategy {body.strategy!r} runs on a gradient oracle: give gradient_oracle_id")
+    token = body.curator_token.get_secret_value()
+    what = f"gradient oracle {oracle_id}"
+    client = ctx.client_factory(body.curator_url, token)
+    try:
+        oracle = client.get_gradient_oracle(oracle_id)
+    except CuratorError as exc:
+        raise upstream(exc, what) from exc
+    finally:
+        client.close()
+    if body.iterations > oracle.steps_left:
+        raise Unprocessable(
+            f"iterations must be <= the {oracle.steps_left} steps {what} has left (of {oracle.steps}), got "
+            f"{body.iterations}: ask for at most {oracle.steps_left} iterations, or ask the curator for an "
+            "oracle with more steps"
+        )
+    public = GradientOracleInfo.model_validate(oracle.model_dump()).model_dump(mode="json")
+    domain = GradientDomain.from_public(public)
+    rng = np.random.default_rng(body.seed) if body.seed is not None else os_entropy_rng()
+    try:
+        strategy.check_domain(params, domain, budget=body.iterations)
+        state = strategy.initial_state(params, n=oracle.n, budget=body.iterations, rng=rng)
+        start = strategy(domain, params, state).point()
+    except InputDataError as exc:
+        raise Unprocessable(f"{exc} ({what}: dimension {domain.dimension})") from exc
+    study = Study(
+        id=uuid.uuid4().hex,
+        curator_url=body.curator_url.rstrip("/"),
+        curator_token_enc=ctx.encrypt(token),
+        release_id=None,
+        n=oracle.n,
+        r=oracle.dimension,
+        gradient_oracle_id=oracle_id,
+        gradient_oracle=public,
+        theta=None if start is None else [float(v) for v in start],
+        strategy=body.strategy,
+        strategy_params=params.model_dump(mode="json"),
+        strategy_state=state,
+        iterations_total=body.iterations,
+        seed=body.seed,
+        status="ready",
+        iterations_done=0,
+        rounds_done=0,
+    )
+    log.info(
+        "study %s (%s) created on gradient oracle %s (d=%d, steps left %d)",
+        study.id,
+        body.strategy,
+        oracle_id,
+        oracle.dimension,
+        oracle.steps_left,
+    )
+    return repo.add_study(session, study)
+
+
 def get_study(session: Session, study_id: str) -> Study:
     study = repo.get_study(session, study_id)
     if study is None:
@@ -159,6 +250,8 @@ def to_public(study: Study) -> StudyPublic:
     best = None
     if study.best_index is not None and study.best_y is not None:
         best = BestPoint(index=study.best_index, y=study.best_y)
+    elif study.theta is not None:  # a gradient-oracle study: its current theta
+        best = BestPoint(index=None, y=None, theta=[float(v) for v in study.theta])
     intent = RoundIntent.of(study)
     pending, pending_round = None, None
     if intent is not None:
@@ -179,14 +272,22 @@ def to_public(study: Study) -> StudyPublic:
             "best": best,
             "pending": pending,
             "pending_round": pending_round,
-            "release": ReleaseInfo(
-                id=study.release_id,
-                n=study.n,
-                r=study.r,
-                sha256=study.z_sha256,
-                **{key: getattr(study, f"release_{key}") for key in RELEASE_FIELDS},
-            ),
+            "release": _release_info(study),
+            "gradient_oracle_id": study.gradient_oracle_id,
+            "gradient_oracle": study.gradient_oracle,
         }
+    )
+
+
+def _release_info(study: Study) -> ReleaseInfo | None:
+    if study.release_id is None:
+        return None
+    return ReleaseInfo(
+        id=study.release_id,
+        n=study.n,
+        r=study.r,
+        sha256=study.z_sha256 or "",
+        **{key: getattr(study, f"release_{key}") for key in RELEASE_FIELDS},
     )
 
 

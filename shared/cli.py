@@ -153,6 +153,40 @@ def bench_ldp(
     )
 
 
+@bench_app.command("gibo")
+def bench_gibo(
+    runs: Annotated[int, typer.Option(min=1, help="Independent runs (data draws) per example.")] = 4,
+    examples: Annotated[
+        str,
+        typer.Option(help="Comma-separated examples: normal-location, huber-regression, gp-lengthscales."),
+    ] = "normal-location,huber-regression,gp-lengthscales",
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the error-path plot (PNG) here.")] = None,
+    seed: Annotated[
+        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
+    ] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+) -> None:
+    """The DP-GIBO paper's Section 4 examples (Scalable DP Bayesian optimisation, Algorithm 1, Fig. 1-2, 4):
+    normal location (4.1), Huber regression vs noisy GD (4.2), GP length-scale tuning vs random search and
+    GP-UCB (4.3)."""
+    from shared.bench.gibo import EXAMPLES
+    from shared.bench.gibo import main as run
+
+    chosen = [e.strip() for e in examples.split(",") if e.strip()]
+    unknown = [e for e in chosen if e not in EXAMPLES]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown example {unknown}: choose from {', '.join(EXAMPLES)}")
+    run(
+        runs=runs,
+        examples=list(dict.fromkeys(chosen)),
+        seed=seed,
+        workers=workers,
+        json_path=json_path,
+        plot_path=plot,
+    )
+
+
 @bench_app.command("perf")
 def bench_perf(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
@@ -271,7 +305,8 @@ def audit_privacy(
     from rich.console import Console
     from rich.table import Table
 
-    from shared.privacy.audit import run_all
+    from shared.bo.gibo.audit import GIBO_AUDITS
+    from shared.privacy.audit import AUDITS, run_all
 
     console = Console()
     try:
@@ -282,6 +317,7 @@ def audit_privacy(
                 calibration_trials=calibration_trials,
                 seed=seed,
                 progress=lambda name: status.update(f"auditing {name} ({trials} runs on each dataset) ..."),
+                registry=AUDITS | GIBO_AUDITS,
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--mechanism") from None
@@ -384,12 +420,12 @@ def reconcile_cmd(
     )
     if report.ok:
         console.print(
-            f"[green]OK[/]: study {report.study_id} (release {report.release_id}): "
+            f"[green]OK[/]: study {report.study_id} ({report.source}): "
             f"{report.modeler_entries} audit entries = {report.curator_entries} curator queries; {chains}"
         )
         return
     table = Table(
-        title=f"study {report.study_id} (release {report.release_id}): {len(report.mismatches)} mismatch(es)"
+        title=f"study {report.study_id} ({report.source}): {len(report.mismatches)} mismatch(es)"
     )
     for column in ("query id", "round", "mismatch", "curator", "modeler"):
         table.add_column(column)

@@ -6,6 +6,10 @@ curator are those whose ``Idempotency-Key`` is one the modeler makes for this st
 (``shared.protocol.keys.request_key``: round and request), so other studies on the same release do not count
 as mismatches. Every difference is listed: a query only one
 side knows, a different row index, a different outcome y, a query not complete on the curator.
+
+A DP-GIBO study (``gradient_oracle_id``) is matched against the oracle's answered steps instead: by step
+number, comparing theta, the batch of points and the noisy gradient (the curator keeps no hash chain of
+steps: each is a unique row per (oracle, step) and per Idempotency-Key, so ``curator_chain_ok`` is true).
 """
 
 from __future__ import annotations
@@ -41,12 +45,20 @@ class Mismatch:
 @dataclass
 class ReconcileReport:
     study_id: str
-    release_id: int
+    release_id: int | None
     modeler_entries: int
     curator_entries: int
     modeler_chain_ok: bool
     curator_chain_ok: bool
     mismatches: list[Mismatch] = field(default_factory=list)
+    gradient_oracle_id: int | None = None
+
+    @property
+    def source(self) -> str:
+        """What the study ran on, for messages ("release 3", "gradient oracle 2")."""
+        if self.gradient_oracle_id is not None:
+            return f"gradient oracle {self.gradient_oracle_id}"
+        return f"release {self.release_id}"
 
     @property
     def ok(self) -> bool:
@@ -79,6 +91,8 @@ def reconcile(
         study = _get(modeler, f"/v1/studies/{study_id}")
         audit = _get(modeler, f"/v1/studies/{study_id}/audit")["entries"]
         modeler_verify = _get(modeler, f"/v1/studies/{study_id}/audit/verify")
+    if study.get("gradient_oracle_id") is not None:
+        return _reconcile_gradient(curator_url, curator_token, verify, study, audit, modeler_verify)
     release_id = int(study["release_id"])
     with CuratorClient(curator_url, curator_token, verify=verify) as curator:
         queries = curator.list_queries(release_id).queries
@@ -131,6 +145,58 @@ def reconcile(
             at = _where(*parsed) if parsed else None
             there = f"index {q.index}, y {q.y!r}, {q.status}"
             report.mismatches.append(Mismatch(qid, at, "only in the curator's log", there, "-"))
+    return report
+
+
+def _reconcile_gradient(
+    curator_url: str,
+    curator_token: str,
+    verify: Any,
+    study: dict[str, Any],
+    audit: list[dict[str, Any]],
+    modeler_verify: dict[str, Any],
+) -> ReconcileReport:
+    study_id = str(study["id"])
+    oracle_id = int(study["gradient_oracle_id"])
+    with CuratorClient(curator_url, curator_token, verify=verify) as curator:
+        steps = curator.list_gradient_steps(oracle_id).data
+    ours = {s.step: s for s in steps if parse_request_key(s.idempotency_key, study_id) is not None}
+    report = ReconcileReport(
+        study_id=study_id,
+        release_id=None,
+        gradient_oracle_id=oracle_id,
+        modeler_entries=len(audit),
+        curator_entries=len(ours),
+        modeler_chain_ok=bool(modeler_verify["ok"]),
+        curator_chain_ok=True,
+    )
+    if not report.modeler_chain_ok:
+        bad = f"first bad seq {modeler_verify['first_bad_seq']}"
+        report.mismatches.append(Mismatch(None, None, "modeler audit chain broken", "", bad))
+    seen: set[int] = set()
+    for entry in audit:
+        number = int(entry["curator_query_id"])
+        at = _where(int(entry["round"]), int(entry["request"]))
+        seen.add(number)
+        details = entry.get("details") or {}
+        step = ours.get(number)
+        here = f"step {number}, gradient {details.get('gradient')!r}"
+        if step is None:
+            report.mismatches.append(Mismatch(number, at, "only in the modeler's audit", "-", here))
+            continue
+        there = f"step {step.step}, gradient {step.gradient!r}"
+        if list(step.gradient) != list(details.get("gradient") or []):
+            report.mismatches.append(Mismatch(number, at, "gradient differs", there, here))
+        elif list(step.theta) != list(details.get("theta") or []) or [list(p) for p in step.points] != [
+            list(p) for p in details.get("points") or []
+        ]:
+            report.mismatches.append(Mismatch(number, at, "step inputs differ", there, here))
+    for number, step in ours.items():
+        if number not in seen:
+            parsed = parse_request_key(step.idempotency_key, study_id)
+            where = _where(*parsed) if parsed else None
+            there = f"step {step.step}, gradient {step.gradient!r}"
+            report.mismatches.append(Mismatch(number, where, "only in the curator's log", there, "-"))
     return report
 
 

@@ -367,8 +367,9 @@ def step(
         loss_matrix, width = loss_matrix_of(oracle, store, dataset, plugins)
         kernel = kernel_from_spec(body.kernel.spec())
     with db.session(write=True) as session:
-        oracle = grepo.lock_oracle(session, oracle_id)  # steps of one oracle run one at a time
-        assert oracle is not None
+        locked = grepo.lock_oracle(session, oracle_id)  # steps of one oracle run one at a time
+        assert locked is not None
+        oracle = locked
         if idempotency_key is not None:  # a concurrent retry may have answered it meanwhile
             existing = grepo.step_by_key(session, oracle_id, principal.partner_id, idempotency_key)
             if existing is not None:

@@ -21,13 +21,15 @@ limit as the trials grow; the result says so (``perfect_distinguisher``).
 
 Each audited mechanism is a :class:`Mechanism`: its claim, and ``scores(neighbour, trials, rng)``, which runs
 the *production* implementation once per trial on D (``neighbour=False``) or D' and returns the
-distinguisher's statistic of each output (larger means "looks like D'"). Register new ones in ``AUDITS``.
+distinguisher's statistic of each output (larger means "looks like D'"). Register new ones in ``AUDITS``
+(mechanisms of ``shared.bo``, which this package may not import, in their own registry that ``pobo audit
+privacy`` merges in: ``shared.bo.gibo.audit.GIBO_AUDITS``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -330,19 +332,26 @@ def run_all(
     seed: int = 0,
     alpha: float = 0.05,
     progress: Callable[[str], None] | None = None,
+    registry: Mapping[str, Callable[[], Mechanism]] | None = None,
 ) -> list[AuditResult]:
-    """Audit the registered mechanisms (all, or ``names``), each with its own seeded stream."""
-    unknown = sorted(set(names or []) - set(AUDITS))
+    """Audit the registered mechanisms (all, or ``names``), each with its own seeded stream.
+
+    ``registry`` (default ``AUDITS``): the mechanisms to choose from, by name. ``shared.privacy`` may not
+    import ``shared.bo``, so mechanisms defined there (DP-GIBO's oracle, ``shared.bo.gibo.audit``) are
+    passed in by the caller, e.g. ``AUDITS | GIBO_AUDITS`` (``pobo audit privacy``).
+    """
+    known = AUDITS if registry is None else registry
+    unknown = sorted(set(names or []) - set(known))
     if unknown:
-        raise ValueError(f"unknown mechanism(s) {unknown}: choose from {sorted(AUDITS)}")
+        raise ValueError(f"unknown mechanism(s) {unknown}: choose from {sorted(known)}")
     results = []
-    for k, name in enumerate(names or list(AUDITS)):
+    for k, name in enumerate(names or list(known)):
         if progress:
             progress(name)
         rng = np.random.default_rng([seed, k])
         results.append(
             run_audit(
-                AUDITS[name](), trials=trials, calibration_trials=calibration_trials, alpha=alpha, rng=rng
+                known[name](), trials=trials, calibration_trials=calibration_trials, alpha=alpha, rng=rng
             )
         )
     return results

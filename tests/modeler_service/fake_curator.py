@@ -3,6 +3,12 @@
 Enough behaviour to test the modeler alone: one release, bearer tokens, npy rows with sha256, queries with
 Idempotency-Key (a repeat returns the same query and is not charged), a quota (429), ``manual`` outcomes
 (pending until ``post_result``; ``?wait=`` long-polls), and injectable failures.
+
+One gradient oracle (DP-GIBO) too: ``GET /v1/gradient-oracles/{id}`` and ``POST .../steps`` answer the
+exact gradient of the quadratic loss f(theta) = |theta - theta_star|^2 / 2, i.e. theta - theta_star
+(deterministic, no noise), with the curator's rules: theta and every point inside the bounds (422), 409 once
+``oracle_steps`` are used, a repeated Idempotency-Key with the same body returns the stored step (a
+different body: 409). ``gradient_steps`` holds every step made.
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ class FakeCurator:
     down: bool = False  # every request: connection refused (the curator is not running)
     lose_answers: int = 0  # the next N new queries are charged, but their answers never arrive
     retry_after: str | None = None  # sent with the injected failures of fail_next
+    oracle_id: int = 1
+    oracle_bounds: list[list[float]] = field(default_factory=lambda: [[-5.0, 5.0], [-5.0, 5.0]])
+    oracle_steps: int = 30
+    oracle_granted: bool = True
+    theta_star: tuple[float, ...] = (1.5, -2.0)
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -55,6 +66,8 @@ class FakeCurator:
         self.keys: dict[str, int] = {}
         self.requests: list[httpx.Request] = []
         self.cond = threading.Condition()
+        self.gradient_steps: list[dict[str, Any]] = []  # every step made (a repeated key adds none)
+        self.step_keys: dict[str, int] = {}  # Idempotency-Key -> step number
 
     # ------------------------------------------------------------------------------------------ helpers
     def transport(self) -> httpx.MockTransport:
@@ -88,6 +101,34 @@ class FakeCurator:
             "sha256": self.sha256,
             "created_at": _now(),
         }
+
+    def oracle(self) -> dict[str, Any]:
+        used = len(self.gradient_steps)
+        return {
+            "id": self.oracle_id,
+            "dataset_id": 1,
+            "loss": "gaussian-location",
+            "dimension": len(self.oracle_bounds),
+            "bounds": self.oracle_bounds,
+            "clip": 1.0,
+            "mu": 1.0,
+            "steps": self.oracle_steps,
+            "steps_used": used,
+            "steps_left": self.oracle_steps - used,
+            "epsilon": 4.4,
+            "delta": 1e-5,
+            "mu_spent": (used / self.oracle_steps) ** 0.5,
+            "n": self.n,
+            "noise_std": 0.05,
+            "intercept": False,
+            "delta_huber": None,
+            "weight_clip": None,
+            "created_at": _now(),
+        }
+
+    def step_posts(self) -> list[httpx.Request]:
+        """Every POST of a gradient step received (repeats included)."""
+        return [r for r in self.requests if r.method == "POST" and r.url.path.endswith("/steps")]
 
     # ------------------------------------------------------------------------------------------ handler
     def handle(self, request: httpx.Request) -> httpx.Response:
@@ -126,6 +167,14 @@ class FakeCurator:
                     lambda: self.queries[qid - 1]["status"] == "complete", timeout=min(wait, 5.0)
                 )
                 return httpx.Response(200, json=dict(self.queries[qid - 1]))
+        if m := re.fullmatch(r"/v1/gradient-oracles/(\d+)(/steps)?", path):
+            if int(m[1]) != self.oracle_id or not self.oracle_granted:
+                return httpx.Response(404, json={"detail": f"gradient oracle {m[1]} not found"})
+            if m[2] is None:
+                return httpx.Response(200, json=self.oracle())
+            if method == "POST":
+                return self._gradient_step(request)
+            return httpx.Response(200, json={"data": [], "count": 0})
         if (m := re.fullmatch(r"/v1/queries/(\d+)/result", path)) and method == "POST":
             qid = int(m[1])
             if self.queries[qid - 1]["status"] == "complete":
@@ -166,3 +215,35 @@ class FakeCurator:
                 self.lose_answers -= 1
                 raise httpx.ReadError("the connection broke before the answer arrived", request=request)
             return httpx.Response(201, json=dict(q))
+
+    def _gradient_step(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers.get("idempotency-key")
+        body = json.loads(request.content)
+        with self.cond:
+            if key is not None and key in self.step_keys:
+                stored = self.gradient_steps[self.step_keys[key] - 1]
+                if stored["body"] != body:
+                    return httpx.Response(
+                        409, json={"detail": f"Idempotency-Key {key!r} was used with a different body"}
+                    )
+                return httpx.Response(201, json=stored["result"])
+            if len(self.gradient_steps) >= self.oracle_steps:
+                return httpx.Response(
+                    409, json={"detail": f"all {self.oracle_steps} steps of the oracle are used"}
+                )
+            bounds = np.asarray(self.oracle_bounds)
+            theta = np.asarray(body["theta"], dtype=np.float64)
+            points = np.asarray(body["points"], dtype=np.float64).reshape(-1, bounds.shape[0])
+            for what, X in (("theta", theta[None, :]), ("points", points)):
+                if X.shape[1] != bounds.shape[0] or ((X < bounds[:, 0]) | (X > bounds[:, 1])).any():
+                    return httpx.Response(422, json={"detail": f"{what} must lie inside the oracle's bounds"})
+            gradient = (theta - np.asarray(self.theta_star)).tolist()
+            step = len(self.gradient_steps) + 1
+            result = {"step": step, "gradient": gradient, "steps_left": self.oracle_steps - step}
+            self.gradient_steps.append({"key": key, "body": body, "result": result})
+            if key is not None:
+                self.step_keys[key] = step
+            if self.lose_answers > 0:
+                self.lose_answers -= 1
+                raise httpx.ReadError("the connection broke before the answer arrived", request=request)
+            return httpx.Response(201, json=result)

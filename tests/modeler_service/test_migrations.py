@@ -1,4 +1,5 @@
-"""The modeler's models match its migrated schema, and migration 0002 upgrades studies made before it."""
+"""The modeler's models match its migrated schema, migration 0002 upgrades studies made before it, and
+0005 refuses to downgrade a database holding gradient-oracle studies."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def test_studies_before_0002_ran_on_algorithm_1(client: Any, app: Any) -> None:
             text("SELECT release_mechanism, release_formal_guarantee, release_lift FROM modeler_studies")
         ).one()
     assert tuple(row) == ("po-gp-ucb", False, "auto")
+
+
+def test_a_gradient_oracle_study_blocks_a_downgrade_below_0005(client: Any, app: Any) -> None:
+    import pytest
+
+    from tests.modeler_service.test_dp_gibo_study import gibo_body
+
+    created = client.post("/v1/studies", json=gibo_body())
+    assert created.status_code == 201, created.text
+    db = app.state.components.ctx.db
+    db.engine.dispose()
+    with pytest.raises(RuntimeError, match="gradient oracle"):
+        run_migrations(db.engine, alembic_config(), revision="0004", downgrade=True)
+    upgrade(db.engine)  # still at head
+    with db.engine.connect() as conn:
+        row = conn.execute(text("SELECT release_id, gradient_oracle_id, theta FROM modeler_studies")).one()
+    assert row[0] is None and row[1] == 1

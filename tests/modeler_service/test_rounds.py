@@ -32,7 +32,10 @@ def test_strategies_lists_the_registry_with_parameter_schemas(client: TestClient
     assert "batch_size" in strategies["gp-bucb"]["params_schema"]["properties"]
     assert strategies["gp-ucb"]["params_schema"]["additionalProperties"] is False
     assert strategies["random"]["params_schema"].get("properties", {}) == {}
-    assert all(s["description"] and s["kinds"] == ["row"] for s in strategies.values())
+    rows = {name: s for name, s in strategies.items() if s["runs_on"] == "release"}
+    assert all(s["description"] and s["kinds"] == ["row"] for s in rows.values())
+    gibo = strategies["dp-gibo"]
+    assert gibo["kinds"] == ["gradient"] and gibo["runs_on"] == "gradient-oracle"
     assert client.get("/v1/strategies", headers={"Authorization": ""}).status_code == 401
     assert "/v1/strategies" in client.get("/openapi.json").json()["paths"]
 

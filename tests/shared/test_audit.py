@@ -19,11 +19,13 @@ import pytest
 
 from shared.privacy.audit import (
     AUDITS,
+    Mechanism,
     broken_gaussian_mechanism,
     clopper_pearson_upper,
     epsilon_lower_bound,
     gaussian_mechanism,
     po_gp_ucb_mechanism,
+    run_all,
     run_audit,
 )
 
@@ -80,3 +82,15 @@ def test_algorithm_1_meets_a_perfect_distinguisher(lift: str) -> None:
 def test_every_shipped_mechanism_is_registered() -> None:
     names = {make().name for make in AUDITS.values()}
     assert names == {"gaussian", "ctl (output privacy)", "po-gp-ucb (lift=auto)", "po-gp-ucb (lift=always)"}
+
+
+def test_run_all_takes_another_registry() -> None:
+    # how pobo audit privacy adds mechanisms of shared.bo, which shared.privacy may not import
+    def coin(neighbour: bool, trials: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.standard_normal(trials)
+
+    registry = {"coin": lambda: Mechanism("coin", 1.0, 1e-5, True, "none", coin)}
+    (result,) = run_all(trials=100, calibration_trials=100, registry=registry)
+    assert result.mechanism == "coin" and result.within_claim
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        run_all(["gaussian"], registry=registry)

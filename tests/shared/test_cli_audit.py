@@ -32,6 +32,18 @@ def test_audit_privacy_writes_rows_and_passes_for_sound_mechanisms(tmp_path: Pat
     assert alg1["perfect_distinguisher"] and not alg1["within_claim"]
 
 
+def test_audit_privacy_runs_the_dp_gibo_oracle(tmp_path: Path) -> None:
+    # shared.privacy may not import shared.bo: the command merges shared.bo.gibo.audit.GIBO_AUDITS in
+    out = tmp_path / "audit.json"
+    args = ["audit", "privacy", "--trials", "100", "--calibration-trials", "100", "--json", str(out)]
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [*args, "--mechanism", "dp-gibo gradient oracle"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())
+    assert row["mechanism"] == "dp-gibo gradient oracle" and row["formal_guarantee"]
+    # 100 runs can show at most ln(100 / 3.7) ~ 3.3 < 4.377, the claim of one 1-GDP step at delta 1e-5
+    assert row["within_claim"] and row["claimed_epsilon"] > 4.3
+
+
 def test_unknown_mechanism_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["audit", "privacy", "--mechanism", "laplace"])
     assert result.exit_code == 2 and "unknown mechanism" in result.output

@@ -37,14 +37,17 @@ _ERRORS: dict[int | str, dict[str, str]] = {
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    summary="Create a study over a curator release",
+    summary="Create a study over a curator release or gradient oracle",
     responses={
-        404: {"description": "The curator has no such release"},
+        404: {"description": "The curator has no such release or gradient oracle (or did not grant it)"},
         502: {"description": "The curator failed, refused the token, or sent rows that do not match"},
     },
 )
 def create_study(body: StudyCreate, session: SessionDep, ctx: ContextDep) -> StudyPublic:
-    """Downloads the release's rows Z as .npy, verifies their sha256, stores them, and creates the study.
+    """A strategy that runs on a release (``release_id``): downloads the release's rows Z as .npy, verifies
+    their sha256, stores them, and creates the study. A strategy that runs on a gradient oracle (``dp-gibo``,
+    ``gradient_oracle_id``): reads the oracle's public parameters, checks that ``iterations`` fits the steps
+    it has left (422 otherwise) and that ``strategy_params`` fit its bounds, and creates the study.
 
     The curator token is stored encrypted and never returned.
     """

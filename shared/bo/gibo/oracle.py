@@ -225,8 +225,10 @@ def builtin_loss_matrix(
         if loss == "gaussian-location":
             return losses.gaussian_location(points, Xr)
         if loss == "huber-regression":
+            assert yr is not None  # checked above (NEEDS_OUTCOME)
             return losses.huber_regression(points, Xr, yr, delta_huber=delta_huber, clip=weight_clip)
         if loss == "logistic-regression":
+            assert yr is not None
             return losses.logistic_regression(points, Xr, yr)
         raise InputDataError(f"unknown built-in loss {loss!r}; built-in: {', '.join(BUILTIN_LOSSES)}")
 

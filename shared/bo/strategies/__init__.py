@@ -3,22 +3,32 @@
 Importing this package registers every built-in strategy: ``gp-ucb`` (``gp_ucb``), ``gp-bucb`` (``gp_bucb``),
 ``random`` (``random_rows``), and the heavy-tailed / local-DP GP-UCB family (``heavy_tailed``): ``tgp-ucb``,
 ``ata-gp-ucb``, ``moma-gp-ucb`` and their local-DP versions ``ldp-tgp-ucb``, ``ldp-ata-gp-ucb``,
-``ldp-moma-gp-ucb`` (Zhou & Tan, AAAI 2021; Chowdhury & Gopalan, NeurIPS 2019).
+``ldp-moma-gp-ucb`` (Zhou & Tan, AAAI 2021; Chowdhury & Gopalan, NeurIPS 2019); and ``dp-gibo``
+(``dp_gibo``), which runs on a curator's private gradient oracle instead of a release (DP-GIBO, Algorithms 1
+and 2).
 """
 
 from shared.bo.strategies.base import (
     REGISTRY,
     Answer,
+    GradientAnswer,
+    GradientDomain,
+    GradientRequest,
     RequestKind,
+    RoundOutcome,
     RowRequest,
+    RunsOn,
     Strategy,
     StrategyParams,
     catalogue,
     get_strategy,
+    gradient_answer_from_record,
+    gradient_record,
     parse_params,
     register,
     round_rng,
 )
+from shared.bo.strategies.dp_gibo import DPGIBOParams, DPGIBOStrategy, default_lengthscale
 from shared.bo.strategies.gp_bucb import GPBUCBParams, GPBUCBStrategy, HallucinatedVariance, gp_bucb_beta
 from shared.bo.strategies.gp_ucb import (
     GPUCB,
@@ -45,11 +55,16 @@ __all__ = [
     "REGISTRY",
     "ATAGPUCBStrategy",
     "Answer",
+    "DPGIBOParams",
+    "DPGIBOStrategy",
     "FixedHyperparameters",
     "GPBUCBParams",
     "GPBUCBStrategy",
     "GPUCBParams",
     "GPUCBStrategy",
+    "GradientAnswer",
+    "GradientDomain",
+    "GradientRequest",
     "HallucinatedVariance",
     "LDPATAGPUCBStrategy",
     "LDPMoMAGPUCBStrategy",
@@ -58,16 +73,21 @@ __all__ = [
     "RandomParams",
     "RandomRowsStrategy",
     "RequestKind",
+    "RoundOutcome",
     "RowRequest",
+    "RunsOn",
     "Strategy",
     "StrategyParams",
     "Suggestion",
     "TGPUCBStrategy",
     "catalogue",
+    "default_lengthscale",
     "default_refit_schedule",
     "get_strategy",
     "gp_bucb_beta",
     "gp_ucb_beta",
+    "gradient_answer_from_record",
+    "gradient_record",
     "parse_params",
     "random_initial_indices",
     "register",

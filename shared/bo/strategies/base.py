@@ -1,7 +1,7 @@
 """The interface every optimisation strategy of the modeler implements, and the registry that names them.
 
-A study runs in *rounds*. In each round the strategy plans one or more *requests* to the curator (today: the
-outcome of a row of the release, by index; later kinds such as a private gradient use the same shape), the
+A study runs in *rounds*. In each round the strategy plans one or more *requests* to the curator (the
+outcome of a row of the release, by index; or a private gradient step, below, in the same shape), the
 modeler records the whole round in its write-ahead log, sends the requests, waits for every answer, records
 them in the audit log and hands them back to the strategy::
 
@@ -12,6 +12,22 @@ them in the audit log and hands them back to the strategy::
     s.observe([Answer(request, y), ...])                 # the whole round at once
     s       = Strategy.from_history(Z, params, state, rounds)   # after a restart: the same state again
                                                                 # (``replay``: override to be faster)
+
+Strategies of a second kind run on a curator's private *gradient oracle* (``runs_on = "gradient-oracle"``,
+DP-GIBO, a ``Strategy[GradientRequest, GradientAnswer]``; row strategies are ``Strategy[RowRequest, Answer]``,
+the default) instead of a release: they get a ``GradientDomain`` (the oracle's public dimension, bounds and
+steps) in place of Z, plan ``GradientRequest`` s (theta, the new batch of design points, the kernel) and
+observe ``GradientAnswer`` s (the curator's noisy gradient)::
+
+    s       = Strategy(domain, params, state)
+    round   = s.plan(budget=steps_left, rng=rng)      # [GradientRequest(theta, points, kernel, ...)]
+    outcome = s.outcome(answers)                       # numbers the audit entries add (theta_next); no change
+    s.observe([GradientAnswer(request, gradient, step), ...])
+    s.point()                                          # the current theta (None for row strategies)
+
+The audit entry of a gradient answer holds the request's body, the gradient and the outcome's numbers in
+its ``details`` (``gradient_record``), from which ``gradient_answer_from_record`` rebuilds the answer for
+``from_history``.
 
 ``details`` is a JSON-serialisable dict per request: the numbers that justify the choice (acquisition value,
 beta, posterior mean and std, hyper-parameters, ...). The modeler stores it in the hash-chained audit entry
@@ -26,29 +42,39 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
+from typing_extensions import TypeVar
 
 from shared.errors import InputDataError
 
 __all__ = [
     "REGISTRY",
     "Answer",
+    "GradientAnswer",
+    "GradientDomain",
+    "GradientRequest",
     "RequestKind",
+    "RoundOutcome",
     "RowRequest",
+    "RunsOn",
     "Strategy",
     "StrategyParams",
     "catalogue",
     "get_strategy",
+    "gradient_answer_from_record",
+    "gradient_record",
     "parse_params",
     "register",
     "round_rng",
 ]
 
 RequestKind = Literal["row", "gradient"]
+#: What a strategy runs on: a released Z (row requests) or a private gradient oracle (gradient requests).
+RunsOn = Literal["release", "gradient-oracle"]
 
 
 @dataclass(frozen=True)
@@ -68,14 +94,139 @@ class Answer:
     y: float
 
 
+@dataclass(frozen=True)
+class GradientRequest:
+    """Ask the curator's gradient oracle for one private gradient step (DP-GIBO, Algorithm 1 lines 5-8).
+
+    ``theta`` [d] and the new batch ``points`` [b, d] (Z_t, appended to the oracle's design: line 5) are
+    data-independent, as are the ``kernel`` spec (``{"kind": "se", "lengthscale", "signal_variance"}`` or
+    ``{"kind": "polynomial", "degree", "offset"}``), ``noise_var`` (sigma^2 of Section 3.4) and ``jitter``;
+    ``body()`` is the wire body of ``POST /v1/gradient-oracles/{id}/steps``. ``details`` go to the audit log.
+    """
+
+    theta: tuple[float, ...]
+    points: tuple[tuple[float, ...], ...]
+    kernel: Mapping[str, Any]
+    noise_var: float = 0.0
+    jitter: float = 1e-8
+    details: Mapping[str, Any] = field(default_factory=dict)
+    kind: ClassVar[RequestKind] = "gradient"
+
+    def body(self) -> dict[str, Any]:
+        """The step's inputs as sent to the curator (JSON: lists and plain floats)."""
+        return {
+            "theta": [float(v) for v in self.theta],
+            "points": [[float(v) for v in p] for p in self.points],
+            "kernel": dict(self.kernel),
+            "noise_var": float(self.noise_var),
+            "jitter": float(self.jitter),
+        }
+
+
+@dataclass(frozen=True)
+class GradientAnswer:
+    """A gradient request and the curator's answer: the released noisy gradient [d] and its step number."""
+
+    request: GradientRequest
+    gradient: tuple[float, ...]
+    step: int | None = None
+
+
+#: The keys of a gradient audit entry's ``details`` that hold the request's body and the answer.
+GRADIENT_BODY_KEYS = ("theta", "points", "kernel", "noise_var", "jitter")
+GRADIENT_ANSWER_KEYS = ("gradient", "step")
+
+
+def gradient_record(answer: GradientAnswer, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``details`` of a gradient answer's audit entry: the request's details, the outcome's numbers
+    (``extra``, e.g. theta_next), the step's inputs (the body) and the noisy gradient with its step."""
+    return {
+        **dict(answer.request.details),
+        **dict(extra or {}),
+        **answer.request.body(),
+        "gradient": [float(v) for v in answer.gradient],
+        "step": None if answer.step is None else int(answer.step),
+    }
+
+
+def gradient_answer_from_record(details: Mapping[str, Any]) -> GradientAnswer:
+    """The answer ``gradient_record`` wrote (``InputDataError`` if a key is missing)."""
+    missing = [k for k in (*GRADIENT_BODY_KEYS, "gradient") if k not in details]
+    if missing:
+        raise InputDataError(f"a gradient audit entry lacks {', '.join(missing)} in its details")
+    rest = {k: v for k, v in details.items() if k not in GRADIENT_BODY_KEYS + GRADIENT_ANSWER_KEYS}
+    step = details.get("step")
+    request = GradientRequest(
+        theta=tuple(float(v) for v in details["theta"]),
+        points=tuple(tuple(float(v) for v in p) for p in details["points"]),
+        kernel=dict(details["kernel"]),
+        noise_var=float(details["noise_var"]),
+        jitter=float(details["jitter"]),
+        details=rest,
+    )
+    return GradientAnswer(
+        request, tuple(float(v) for v in details["gradient"]), None if step is None else int(step)
+    )
+
+
+@dataclass(frozen=True)
+class GradientDomain:
+    """What a gradient-oracle strategy runs on in place of Z: the oracle's public ``dimension`` d, box
+    ``bounds`` [d, 2] (every theta and design point must lie inside) and number of ``steps`` T."""
+
+    dimension: int
+    bounds: tuple[tuple[float, float], ...]
+    steps: int
+
+    def __post_init__(self) -> None:
+        if self.dimension < 1 or len(self.bounds) != self.dimension:
+            raise InputDataError(
+                f"a gradient domain needs one [lo, hi] per dimension: dimension {self.dimension}, "
+                f"{len(self.bounds)} bounds"
+            )
+        for k, (lo, hi) in enumerate(self.bounds):
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+                raise InputDataError(f"bounds[{k}] must be finite with lo < hi, got [{lo}, {hi}]")
+
+    @classmethod
+    def from_public(cls, oracle: Mapping[str, Any]) -> GradientDomain:
+        """From the oracle's public parameters (``GET /v1/gradient-oracles/{id}``: dimension, bounds,
+        steps)."""
+        return cls(
+            dimension=int(oracle["dimension"]),
+            bounds=tuple((float(lo), float(hi)) for lo, hi in oracle["bounds"]),
+            steps=int(oracle["steps"]),
+        )
+
+    def array(self) -> npt.NDArray[np.float64]:
+        """The bounds as a float [d, 2] array (lo, hi)."""
+        return np.asarray(self.bounds, dtype=np.float64).reshape(self.dimension, 2)
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What an answered round adds to the audit log before the strategy observes it (``Strategy.outcome``):
+    per answer, numbers merged into its entry's ``details``; and the strategy's ``point`` after the round
+    (gradient strategies: theta^(t+1); None for row strategies)."""
+
+    details: tuple[Mapping[str, Any], ...]
+    point: tuple[float, ...] | None = None
+
+
+RequestT = TypeVar("RequestT", default=RowRequest)
+AnswerT = TypeVar("AnswerT", default=Answer)
+
+
 class StrategyParams(BaseModel):
     """Base of each strategy's parameter model: unknown keys are refused, types are not coerced."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class Strategy(ABC):
-    """One optimisation strategy over the n rows of a released Z (see the module docstring)."""
+class Strategy(ABC, Generic[RequestT, AnswerT]):
+    """One optimisation strategy over the n rows of a released Z (see the module docstring); or, with
+    ``runs_on = "gradient-oracle"`` (a ``Strategy[GradientRequest, GradientAnswer]``), over a curator's
+    private gradient oracle, given its ``GradientDomain`` in place of Z."""
 
     #: Registry name (the study's ``strategy``).
     name: ClassVar[str]
@@ -85,8 +236,11 @@ class Strategy(ABC):
     Params: ClassVar[type[StrategyParams]]
     #: The request kinds it plans.
     kinds: ClassVar[tuple[RequestKind, ...]] = ("row",)
+    #: What a study of it runs on: a curator release (Z; ``release_id``) or a gradient oracle
+    #: (``GradientDomain``; ``gradient_oracle_id``).
+    runs_on: ClassVar[RunsOn] = "release"
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: Any, params: StrategyParams, state: Mapping[str, Any]) -> None:
         self.Z = np.ascontiguousarray(Z, dtype=np.float64)
         if self.Z.ndim != 2 or self.Z.shape[0] < 1:
             raise InputDataError(f"Z must be a non-empty n x r array, got shape {self.Z.shape}")
@@ -127,39 +281,55 @@ class Strategy(ABC):
         """
         return None
 
+    @classmethod
+    def check_domain(cls, params: StrategyParams, domain: GradientDomain, *, budget: int) -> None:
+        """Gradient-oracle strategies: raise ``InputDataError`` when ``params`` or the ``budget`` (steps) do
+        not fit the oracle's domain (checked when the study is created). Default: nothing to check."""
+        return None
+
     @abstractmethod
-    def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
+    def plan(self, *, budget: int, rng: np.random.Generator) -> list[RequestT]:
         """The next round: between 1 and ``budget`` requests (``budget`` >= 1 queries are left).
 
         Must not change the strategy's state; ``rng`` is for strategies that choose at random.
         """
 
     @abstractmethod
-    def observe(self, answers: Sequence[Answer]) -> None:
+    def observe(self, answers: Sequence[AnswerT]) -> None:
         """Condition on the answers of one whole round (in request order)."""
+
+    def outcome(self, answers: Sequence[AnswerT]) -> RoundOutcome:
+        """What the answers of a round add to their audit entries, computed *without* changing the state
+        (the modeler records them before ``observe``). Default: nothing, and no point."""
+        return RoundOutcome(details=tuple({} for _ in answers))
+
+    def point(self) -> tuple[float, ...] | None:
+        """The strategy's current point in its domain (gradient strategies: theta); None for row strategies,
+        whose best is the best answer."""
+        return None
 
     @classmethod
     def from_history(
         cls,
-        Z: npt.ArrayLike,
+        Z: Any,
         params: StrategyParams,
         state: Mapping[str, Any],
-        rounds: Sequence[Sequence[Answer]],
+        rounds: Sequence[Sequence[AnswerT]],
     ) -> Self:
         """The strategy in the state it reaches after observing ``rounds`` in order."""
         strategy = cls(Z, params, state)
         strategy.replay(rounds)
         return strategy
 
-    def replay(self, rounds: Sequence[Sequence[Answer]]) -> None:
+    def replay(self, rounds: Sequence[Sequence[AnswerT]]) -> None:
         """Observe ``rounds`` in order, on a fresh strategy (override to do it faster than round by round)."""
         for answers in rounds:
             self.observe(answers)
 
 
-REGISTRY: dict[str, type[Strategy]] = {}
+REGISTRY: dict[str, type[Strategy[Any, Any]]] = {}
 
-S = TypeVar("S", bound=type[Strategy])
+S = TypeVar("S", bound=type[Strategy[Any, Any]])
 
 
 def register(cls: S) -> S:
@@ -170,7 +340,7 @@ def register(cls: S) -> S:
     return cls
 
 
-def get_strategy(name: str) -> type[Strategy]:
+def get_strategy(name: str) -> type[Strategy[Any, Any]]:
     try:
         return REGISTRY[name]
     except KeyError:
@@ -213,6 +383,7 @@ def catalogue() -> list[dict[str, Any]]:
             "name": cls.name,
             "description": cls.description,
             "kinds": list(cls.kinds),
+            "runs_on": cls.runs_on,
             "params_schema": cls.Params.model_json_schema(),
         }
         for _, cls in sorted(REGISTRY.items())
