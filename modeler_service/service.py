@@ -53,6 +53,7 @@ from shared.bo.strategies import (
 from shared.errors import InputDataError
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.client import CuratorError, ReleaseIntegrityError
+from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
 
 log = logging.getLogger("pobo.modeler")
 
@@ -201,7 +202,7 @@ def _create_on_gradient_oracle(
             "oracle with more steps"
         )
     public = GradientOracleInfo.model_validate(oracle.model_dump()).model_dump(mode="json")
-    domain = GradientDomain.from_public(public)
+    domain = GradientDomain.from_public(public, max_design=MAX_DESIGN_POINTS)
     rng = np.random.default_rng(body.seed) if body.seed is not None else os_entropy_rng()
     try:
         strategy.check_domain(params, domain, budget=body.iterations)

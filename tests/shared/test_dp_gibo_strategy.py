@@ -118,6 +118,16 @@ def test_theta0_must_fit_the_domain() -> None:
         make({"theta0": [0.0, 0.0, -3.0]})
 
 
+def test_a_design_larger_than_the_curator_accepts_is_refused_at_creation() -> None:
+    limited = GradientDomain(dimension=3, bounds=DOMAIN.bounds, steps=40, max_design=100)
+    params = parse_params("dp-gibo", {})
+    DPGIBOStrategy.check_domain(params, limited, budget=25)  # 25 steps x (d + 1 = 4) points = 100
+    with pytest.raises(InputDataError, match="at most 100 over all steps: ask for at most 25 iterations"):
+        DPGIBOStrategy.check_domain(params, limited, budget=26)
+    small = parse_params("dp-gibo", {"batch_size": 2})
+    DPGIBOStrategy.check_domain(small, limited, budget=40)
+
+
 def test_plan_does_not_change_the_state_and_replans_identically() -> None:
     s = make({"batch_size": 2})
     play(s, 2)

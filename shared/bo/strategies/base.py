@@ -177,6 +177,8 @@ class GradientDomain:
     dimension: int
     bounds: tuple[tuple[float, float], ...]
     steps: int
+    #: The most design points the curator's oracle accepts over all steps, when known (checked at creation).
+    max_design: int | None = None
 
     def __post_init__(self) -> None:
         if self.dimension < 1 or len(self.bounds) != self.dimension:
@@ -189,13 +191,14 @@ class GradientDomain:
                 raise InputDataError(f"bounds[{k}] must be finite with lo < hi, got [{lo}, {hi}]")
 
     @classmethod
-    def from_public(cls, oracle: Mapping[str, Any]) -> GradientDomain:
+    def from_public(cls, oracle: Mapping[str, Any], *, max_design: int | None = None) -> GradientDomain:
         """From the oracle's public parameters (``GET /v1/gradient-oracles/{id}``: dimension, bounds,
         steps)."""
         return cls(
             dimension=int(oracle["dimension"]),
             bounds=tuple((float(lo), float(hi)) for lo, hi in oracle["bounds"]),
             steps=int(oracle["steps"]),
+            max_design=max_design,
         )
 
     def array(self) -> npt.NDArray[np.float64]:

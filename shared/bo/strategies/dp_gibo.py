@@ -237,6 +237,13 @@ class DPGIBOStrategy(Strategy[GradientRequest, GradientAnswer]):
                 )
         if params.batch_size is None and d + 1 > MAX_BATCH:
             raise InputDataError(f"the default batch d + 1 = {d + 1} exceeds {MAX_BATCH}: set batch_size")
+        largest = params.batch_size if params.batch_size is not None else d + 1
+        if domain.max_design is not None and budget * largest > domain.max_design:
+            raise InputDataError(
+                f"{budget} steps of up to {largest} design points each could reach {budget * largest} "
+                f"points; the curator's oracle accepts at most {domain.max_design} over all steps: ask "
+                f"for at most {domain.max_design // largest} iterations or set a smaller batch_size"
+            )
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[GradientRequest]:
         """One step: the batch Z_t minimising alpha(Z; D_{t-1}, theta^(t)) (Alg. 1 line 4 / Alg. 2 4-5)."""
