@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pobo-installed
 
-.PHONY: demo test lint docs bench bench-perf bench-ldp clean
+.PHONY: demo test lint docs bench bench-perf bench-ldp bench-gibo clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ bench-perf: $(STAMP)
 
 bench-ldp: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/pobo bench ldp --runs 10 --json bench-ldp.json --plot bench-ldp.png
+
+bench-gibo: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(BIN)/pobo bench gibo --json bench-gibo.json --plot bench-gibo.png
 
 clean:
 	rm -rf $(VENV) pobo-demo-output .pytest_cache
