@@ -52,6 +52,15 @@ class Settings(ServiceSettings):
     poll_seconds: float = Field(
         default=30.0, gt=0, le=600, description="Long-poll length while awaiting a manual measurement."
     )
+    max_wait_seconds: float = Field(
+        default=60.0, ge=0, le=600, description="Upper bound of ?wait= long-polls (federation rounds)."
+    )
+    federation_tick_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often the round closer looks for federation rounds past their deadline.",
+    )
     access_log: bool = Field(default=True, description="uvicorn access log (method, path, status only).")
     curator_url_allowlist: list[str] = Field(
         default_factory=list,

@@ -38,3 +38,11 @@ class UpstreamError(ModelerError):
 
 class StorageError(ModelerError):
     status_code = 503
+
+
+class Unauthorized(ModelerError):
+    status_code = 401
+
+
+class Forbidden(ModelerError):
+    status_code = 403

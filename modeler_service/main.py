@@ -18,11 +18,12 @@ from fastapi_offline import FastAPIOffline
 from modeler_service import repository as repo
 from modeler_service import service
 from modeler_service.api.deps import Components, TokenDep
-from modeler_service.api.routes import health, strategies, studies
+from modeler_service.api.routes import federations, health, strategies, studies
 from modeler_service.config import Settings
 from modeler_service.context import ClientFactory, Context, default_client_factory
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import ModelerError
+from modeler_service.federation_closer import RoundCloser
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.errors import InputDataError, PoboError, StrategyError
@@ -46,6 +47,10 @@ own query log.
 
 Every `/v1` call needs `Authorization: Bearer <token>` (setting `POBO_MODELER_TOKEN`; if unset, generated on
 first start into `<data dir>/token`). Errors are `{"detail": "..."}`.
+
+A *federation* (DP-FTS-DE) makes the modeler the coordinator of hospitals' agents: each agent calls
+`/v1/federations/{id}...` with its own agent token (issued once by `POST /v1/federations/{id}/agents`),
+which reads and submits to that federation only.
 """
 
 TAGS = [
@@ -53,6 +58,11 @@ TAGS = [
     {
         "name": "strategies",
         "description": "The registry of strategies a study can run, with their parameters.",
+    },
+    {
+        "name": "federations",
+        "description": "DP-FTS-DE federations: the modeler coordinates, hospitals' agents submit (issue 16). "
+        "Agent tokens read and submit to their own federation only.",
     },
     {"name": "operations", "description": "Health check."},
 ]
@@ -132,6 +142,7 @@ def create_app(
     )
     stepper = Stepper(ctx)
     runners = RunnerRegistry(ctx, stepper)
+    closer = RoundCloser(ctx)  # closes federation rounds at their deadlines (first pass at start-up)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -151,7 +162,9 @@ def create_app(
                     )
                 if claimed:
                     runners.start(study_id)
+        closer.start()
         yield
+        closer.stop()
         runners.stop_all()
         ctx.cache.close()
         db.dispose()
@@ -165,6 +178,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
+    app.state.federation_closer = closer
     install_error_handlers(
         app,
         logger=log,
@@ -185,6 +199,15 @@ def create_app(
                 503: {"description": "The database is unavailable; retry after Retry-After seconds."},
             },
         )
+    app.include_router(
+        federations.router,  # the modeler token or an agent token (checked by the routes' PrincipalDep)
+        responses={
+            401: {"description": "Missing or invalid bearer token (modeler or agent)."},
+            413: {"description": "Request body over the limit (setting MAX_JSON_BYTES)."},
+            429: {"description": "Too many invalid tokens from this client; see Retry-After."},
+            503: {"description": "The database is unavailable; retry after Retry-After seconds."},
+        },
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
     add_access_guards(
         app,
@@ -192,7 +215,7 @@ def create_app(
         operator_token=token.get_secret_value(),  # bad tokens from the same address never lock it out
         worker=worker,  # count failed tokens with sibling workers
         cors_methods=["GET", "POST"],
-        cors_headers=["Authorization", "Content-Type"],
+        cors_headers=["Authorization", "Content-Type", "Idempotency-Key"],
     )
     document_validation_errors(app)
     return app

@@ -129,3 +129,86 @@ class AuditEntry(Base):
     hash_version: Mapped[int] = mapped_column(Integer, default=2, server_default="2")
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
+
+
+# ------------------------------------------------------------------------- federations (DP-FTS-DE, issue 16)
+
+
+class Federation(Base):
+    """A DP-FTS-DE federation run by the modeler as its coordinator (``modeler_service.federations``).
+
+    ``params`` holds the public parameters declared at creation (box, P, M, q, z, S, rounds, budget, delta,
+    round_seconds, temperature schedule); ``rff`` the published feature map. ``status``: ``registering``
+    (agents may register), ``running`` (the agent list is frozen; ``current_round`` is open), ``done``.
+    """
+
+    __tablename__ = "modeler_federations"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    params: Mapped[Any] = mapped_column(JSON)
+    rff: Mapped[Any] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="registering", index=True)
+    #: why a ``done`` federation stopped: "rounds" (all run) or "budget" (the next round would pass it)
+    stop_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    participants: Mapped[int | None] = mapped_column(Integer, nullable=True)  # N of the frozen list
+    current_round: Mapped[int] = mapped_column(Integer, default=0)  # 0 before start
+    rounds_closed: Mapped[int] = mapped_column(Integer, default=0)
+    epsilon_pld: Mapped[float] = mapped_column(Double, default=0.0)
+    epsilon_rdp: Mapped[float] = mapped_column(Double, default=0.0)
+    epsilon_replace_one_pld: Mapped[float] = mapped_column(Double, default=0.0)
+
+
+class FederationAgent(Base):
+    """One registered agent: its token only as a sha256 digest; ``position`` (its index n in the frozen
+    list) and ``region`` (i_n, round robin) are set when the federation starts."""
+
+    __tablename__ = "modeler_federation_agents"
+    __table_args__ = (
+        UniqueConstraint("federation_id", "name"),
+        UniqueConstraint("federation_id", "seq"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    federation_id: Mapped[str] = mapped_column(ForeignKey("modeler_federations.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)  # registration order, 1, 2, ...
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    region: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class FederationRound(Base):
+    """Round t of a federation: open until its deadline, then closed exactly once with its Poisson sample
+    (``sampled``: positions in the frozen list; never published), aggregates [P][M] and epsilon so far."""
+
+    __tablename__ = "modeler_federation_rounds"
+    __table_args__ = (UniqueConstraint("federation_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    federation_id: Mapped[str] = mapped_column(ForeignKey("modeler_federations.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    opened_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deadline: Mapped[datetime] = mapped_column()
+    closed_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    sampled: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    aggregates: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    epsilon_pld: Mapped[float | None] = mapped_column(Double, nullable=True)
+    epsilon_rdp: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+class FederationSubmission(Base):
+    """An agent's raw omega for one round: never logged nor exposed, deleted when the round closes."""
+
+    __tablename__ = "modeler_federation_submissions"
+    __table_args__ = (UniqueConstraint("round_id", "agent_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("modeler_federation_rounds.id"), index=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("modeler_federation_agents.id"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    omega: Mapped[Any] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

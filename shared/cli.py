@@ -26,6 +26,10 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(docs_app, name="docs")
 app.add_typer(modeler_app, name="modeler")
 app.add_typer(bench_app, name="bench")
+agent_app = typer.Typer(
+    help="A federation agent (DP-FTS-DE), run next to a hospital's data.", no_args_is_help=True
+)
+app.add_typer(agent_app, name="agent")
 
 
 @curator_app.command("serve")
@@ -180,6 +184,39 @@ def bench_gibo(
     run(
         runs=runs,
         examples=list(dict.fromkeys(chosen)),
+        seed=seed,
+        workers=workers,
+        json_path=json_path,
+        plot_path=plot,
+    )
+
+
+@bench_app.command("fed")
+def bench_fed(
+    runs: Annotated[int, typer.Option(min=1, help="Independent runs per curve.")] = 10,
+    settings: Annotated[
+        str, typer.Option(help="Comma-separated settings: synthetic, svm-shards.")
+    ] = "synthetic,svm-shards",
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the regret-curve plot (PNG) here.")] = None,
+    seed: Annotated[
+        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
+    ] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+) -> None:
+    """DP-FTS-DE's Section 5 (federated DP Thompson sampling, Algorithms 1-2, Fig. 2-3): TS vs FTS vs FTS-DE
+    and the impact of S, q and z with epsilon (PLD / RDP) beside each DP curve, on a synthetic GP federation
+    and on SVM tuning over dataset shards."""
+    from shared.bench.fed import SETTINGS
+    from shared.bench.fed import main as run
+
+    chosen = [s.strip() for s in settings.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SETTINGS]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown setting {unknown}: choose from {', '.join(SETTINGS)}")
+    run(
+        runs=runs,
+        settings=list(dict.fromkeys(chosen)),
         seed=seed,
         workers=workers,
         json_path=json_path,
@@ -456,6 +493,70 @@ def demo(
     from shared.demo import run_demo
 
     run_demo(output=output, iterations=iterations)
+
+
+@agent_app.command("run")
+def agent_run(
+    modeler: Annotated[
+        str, typer.Option(help="The modeler's base URL, e.g. https://modeler.example.org:8002.")
+    ],
+    federation: Annotated[str, typer.Option(help="The federation id.")],
+    token: Annotated[
+        str, typer.Option(envvar="POBO_AGENT_TOKEN", help="This agent's token (or env POBO_AGENT_TOKEN).")
+    ],
+    objective: Annotated[str, typer.Option(help="A built-in demo objective: sphere or branin.")] = "sphere",
+    perturbation: Annotated[
+        float, typer.Option(min=0.0, help="Std of this agent's random shift of its optimum (unit cube).")
+    ] = 0.05,
+    seed: Annotated[int | None, typer.Option(help="Seed of the perturbation (default: random).")] = None,
+    wait: Annotated[float, typer.Option(min=1.0, help="Seconds per long-poll while a round is open.")] = 30.0,
+    retry_seconds: Annotated[
+        float, typer.Option(min=1.0, help="How long to retry an unreachable modeler before giving up.")
+    ] = 120.0,
+    ca_bundle: Annotated[
+        Path | None, typer.Option(help="PEM bundle of the CA that signed the modeler's certificate.")
+    ] = None,
+) -> None:
+    """Take part in a federation until it is done: evaluate the demo objective locally each round and
+    submit only a posterior sample (omega) to the modeler; local observations never leave this process."""
+    from rich.console import Console
+
+    from shared.errors import InputDataError
+    from shared.federated.agent import Agent, AgentError
+    from shared.federated.objectives import make_objective
+
+    console = Console()
+
+    def on_round(t: int, info: dict[str, object]) -> None:
+        console.print(
+            f"round {t}: closed, epsilon {info['epsilon_pld']:.4g} (PLD) / {info['epsilon_rdp']:.4g} (RDP); "
+            f"query from {info['source']}, y = {info['y']:.4g}"
+        )
+
+    try:
+        with Agent(
+            modeler,
+            federation,
+            token,
+            objective=lambda x: 0.0,  # replaced below, once the box is known
+            wait_seconds=wait,
+            retry_seconds=retry_seconds,
+            verify=str(ca_bundle) if ca_bundle is not None else True,
+            on_round=on_round,
+        ) as agent:
+            params = agent.federation()["params"]
+            bounds = params["bounds"]
+            lower, upper = [b[0] for b in bounds], [b[1] for b in bounds]
+            agent.objective = make_objective(objective, lower, upper, perturbation=perturbation, seed=seed)
+            report = agent.run()
+    except (AgentError, InputDataError) as exc:
+        console.print(f"[red]error[/]: {exc}")
+        raise typer.Exit(1) from None
+    console.print(
+        f"federation {report.federation_id} done ({report.stop_reason}): submitted in rounds "
+        f"{report.submitted}, refused in {report.refused}; best y {report.best_y}; "
+        f"epsilon {report.epsilon_pld:.4g} (PLD) / {report.epsilon_rdp:.4g} (RDP)"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,8 +12,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
+from modeler_service import federations
 from modeler_service.context import Context
+from modeler_service.db import transaction
 from modeler_service.exceptions import StorageError
+from modeler_service.federations import Principal
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.servicekit.db import READ_METHODS, request_session
 
@@ -79,3 +82,31 @@ async def require_token(
 
 
 TokenDep = Depends(require_token)
+
+
+def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Principal:
+    """The federation routes' caller: the modeler token, or an agent token (looked up by its sha256 in a
+    short read transaction of its own, so that a long-poll holds no session while it waits)."""
+    if credentials is None or not credentials.credentials:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing bearer token: send the header 'Authorization: Bearer <token>' (the modeler token or "
+            "an agent token)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    components: Components = request.app.state.components
+    with transaction(components.ctx.db, write=False) as session:
+        principal = federations.authenticate(
+            session, components.token.get_secret_value(), credentials.credentials
+        )
+    if principal is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

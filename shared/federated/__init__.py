@@ -10,6 +10,8 @@ Modules: ``rff`` (shared random Fourier features of the SE kernel), ``posterior`
 only module here that talks to a service; nothing else imports web, database or HTTP libraries.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from shared.federated.agent_step import (
     AgentChoice,
     agent_submission,
@@ -37,7 +39,21 @@ from shared.federated.privacy import (
 from shared.federated.regions import Regions, round_robin, split_box
 from shared.federated.rff import RandomFourierFeatures, draw_rff, se_kernel
 
+if TYPE_CHECKING:
+    from shared.federated.agent import Agent
+
+
+def __getattr__(name: str) -> Any:
+    """``Agent`` is loaded on first use: importing the package must not import httpx."""
+    if name == "Agent":
+        from shared.federated.agent import Agent
+
+        return Agent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "Agent",
     "AgentChoice",
     "RFFPosterior",
     "RandomFourierFeatures",

@@ -3,7 +3,9 @@
 A seeded world (a dataset with distinctive feature values, a release, a partner with a query, a second
 partner that DELETE cases may revoke) gives the path ids real values: three of every four cases use the
 real ids, the fourth keeps the generated ones (404/422 paths). The token rotates over admin, partner, none
-and the other party's (a modeler token). Every operation gets at least ``CASES`` cases; each response must
+and the other party's (a modeler token). The budget is fixed: ``TOTAL_CASES`` shared equally by the
+operations (each gets at least ``TOTAL_CASES // operations`` cases), so a new endpoint does not lengthen the
+run; each response must
 not be a 5xx, must conform to the schema (status code documented, content type, body schema), and must
 not contain any raw feature value of the dataset, nor — for anyone but the admin — the curator's sigma_min.
 """
@@ -21,7 +23,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.curator_service.conftest import ADMIN, bearer, make_csv, synthetic
 
-CASES = 100
+#: The fixed fuzzing budget: 100 cases for each of the 26 operations the API had when it was set.
+TOTAL_CASES = 2600
 MODELER_TOKEN = "the-modelers-own-api-token-not-valid-here"  # noqa: S105 - the other party's token
 
 
@@ -48,6 +51,24 @@ def _seed(app: Any) -> dict[str, Any]:
         query = client.post(
             f"/v1/releases/{rel['id']}/queries", headers=bearer(partner["token"]), json={"index": 1}
         ).json()
+        oracle = client.post(
+            f"/v1/datasets/{ds['id']}/gradient-oracles",
+            headers=ADMIN,
+            json={
+                "loss": "gaussian-location",
+                "dimension": 3,
+                "bounds": [[-10.0, 10.0]] * 3,
+                "clip": 1.0,
+                "mu": 1.0,
+                "steps": 10**5,
+                "delta": 1e-5,
+            },
+        ).json()
+        client.post(
+            f"/v1/partners/{partner['id']}/grants",
+            headers=ADMIN,
+            json={"gradient_oracle_ids": [oracle["id"]]},
+        )
         sigma_min = client.get(f"/v1/datasets/{ds['id']}/privacy?epsilon=1&delta=1e-5", headers=ADMIN).json()[
             "sigma_min"
         ]
@@ -58,6 +79,7 @@ def _seed(app: Any) -> dict[str, Any]:
             "release_id": rel["id"],
             "partner_id": partner["id"],
             "query_id": query["id"],
+            "oracle_id": oracle["id"],
         },
         "victim_id": victim["id"],
         "partner_token": partner["token"],
@@ -72,21 +94,22 @@ def test_curator_operations_fuzzed(app: Any) -> None:
     operations = [r.ok() for r in schema.get_all_operations()]
     assert len(operations) >= 15
     tokens = [ADMIN, bearer(world["partner_token"]), {}, bearer(MODELER_TOKEN)]
+    cases = TOTAL_CASES // len(operations)
     counts: dict[str, int] = {}
     for operation in operations:
         label = f"{operation.method.upper()} {operation.path}"
         counts[label] = 0
-        _fuzz(operation, label, counts, world, tokens)()
+        _fuzz(operation, label, counts, world, tokens, cases)()
     print({"operations": len(counts), "cases": sum(counts.values())}, counts)
-    short = {k: n for k, n in counts.items() if n < CASES and k != "GET /healthz"}  # healthz: nothing to vary
-    assert not short, f"operations with fewer than {CASES} cases: {short}"
+    short = {k: n for k, n in counts.items() if n < cases and k != "GET /healthz"}  # healthz: nothing to vary
+    assert not short, f"operations with fewer than {cases} cases: {short}"
 
 
 def _fuzz(
-    operation: Any, label: str, counts: dict[str, int], world: dict[str, Any], tokens: list[Any]
+    operation: Any, label: str, counts: dict[str, int], world: dict[str, Any], tokens: list[Any], cases: int
 ) -> Any:
     @settings(
-        max_examples=CASES,
+        max_examples=cases,
         deadline=None,
         database=None,
         derandomize=True,

@@ -139,6 +139,31 @@ def test_beta_multiplier_reaches_the_strategies():
     assert heavy["v"] == problem.B**2 + problem.noise_second_moment and "epsilon" not in heavy
 
 
+def test_the_three_ldp_strategies_are_compared_on_equal_terms():
+    """Same problem facts and the same beta_multiplier for TGP, ATA and MoMA; T counted in plays (each of
+    MoMA's k plays of an epoch is a play with its own noise draw and its own regret); same initial row."""
+    T, k = 20, 5
+    problem = ldp_problems.make_problem("se", 0, 0, T)
+    todo = [ldp.Case("se", n, 1.0, k if "moma" in n else None, 0.1) for n in ldp.LDP_STRATEGIES]
+    shared = {"epsilon", "B", "R", "kernel", "lengthscale", "beta_multiplier"}
+    raws = [ldp.strategy_params(c, problem) for c in todo]
+    assert all({key: r[key] for key in shared} == {key: raws[0][key] for key in shared} for r in raws)
+    assert raws[0]["beta_multiplier"] == 0.1 and "k" not in raws[0] and raws[2]["k"] == k
+    res = {c.strategy: ldp.study(problem, c, state_seed=(0, 0, 5), round_seed=1) for c in todo}
+    gaps = problem.f.max() - problem.f
+    for name, r in res.items():
+        assert r.regret.shape == (T,)
+        steps = np.diff(r.regret, prepend=0.0)
+        assert np.all(np.isclose(steps[:, None], gaps[None, :]).any(axis=1))  # each step is one play's gap
+    moma = res["ldp-moma-gp-ucb"]
+    assert moma.rounds == T // k and res["ldp-tgp-ucb"].rounds == T
+    steps = np.diff(moma.regret, prepend=0.0).reshape(T // k, k)
+    np.testing.assert_allclose(steps, steps[:, :1] * np.ones((1, k)))  # one row per epoch, k plays
+    assert len({float(v) for v in problem.outcomes(np.full(k, 3), np.arange(k), 1.0)}) == k  # fresh noise
+    first = {float(np.diff(r.regret, prepend=0.0)[0]) for r in res.values()}
+    assert len(first) == 1  # the same random initial row for the three
+
+
 def test_plot_and_markdown(tmp_path):
     todo = tiny_cases(("se", "combined"))
     report = ldp.run_benchmark(1, T=10, combined_T=10, settings=("se", "combined"), workers=1, todo=todo)

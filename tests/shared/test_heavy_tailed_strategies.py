@@ -274,6 +274,46 @@ def test_moma_is_robust_to_a_heavy_outlier_play() -> None:
     assert np.abs(plain @ phi - f[rows]).max() > 100
 
 
+def test_moma_update_is_algorithm_3_from_scratch() -> None:
+    """Alg. 3 lines 9-14 recomputed naively, with a row chosen in several epochs: V~ has one term per *epoch*
+    (not per play), estimate j uses the j-th play of every epoch (the paper's "row j" of Fig. 1), r_j is the
+    median of the k - 1 V~-distances, mu~ uses theta~_{k*}, and
+    sigma~^2 = k - |phi|^2 + lambda phi^T V^-1 phi (issue 14: audited against the paper, no deviation)."""
+    lam, k = 0.5, 4
+    params = parse_params("ldp-moma-gp-ucb", {**LDP, "k": k, "lam": lam, "q": 1e9, "initial_points": 0})
+    s = get_strategy("ldp-moma-gp-ucb")(Z1, params, {"T": 40, "k": k, "nystrom_seed": 3})
+    rng = np.random.default_rng(7)
+    epochs = [10, 60, 10, 35, 10, 85]
+    Y = [bumps(2)[i] + rng.laplace(0.0, 2.0, size=k) for i in epochs]
+    for i, y in zip(epochs, Y, strict=True):
+        s.observe([Answer(RowRequest(i), float(v)) for v in y])
+    atoms = np.unique(epochs)  # q huge: every distinct played row is kept (p = 1)
+    assert sorted(s.emb.atoms.tolist()) == atoms.tolist() and s.m == atoms.size
+    K = kernel_matrix(Z1, Z1, kind="se", lengthscale=0.2)
+    w, U = np.linalg.eigh(K[np.ix_(atoms, atoms)])
+    W = (U / np.sqrt(w)) @ U.T  # (K_D^{1/2})^+ (full rank here)
+    phi = W @ K[atoms, :]  # [m, 100]
+    V = lam * np.eye(atoms.size)
+    for i in epochs:
+        V += np.outer(phi[:, i], phi[:, i])
+    Theta = np.column_stack(
+        [np.linalg.solve(V, sum(Y[e][j] * phi[:, i] for e, i in enumerate(epochs))) for j in range(k)]
+    )
+    np.testing.assert_allclose(s.Theta, Theta, rtol=1e-6, atol=1e-8)
+    dist = [[math.sqrt((Theta[:, j] - Theta[:, i]) @ V @ (Theta[:, j] - Theta[:, i])) for i in range(k)]
+            for j in range(k)]  # fmt: skip
+    r = [float(np.median([dist[j][i] for i in range(k) if i != j])) for j in range(k)]
+    np.testing.assert_allclose(s.r, r, rtol=1e-6)
+    assert s.kstar == int(np.argmin(r))
+    np.testing.assert_allclose(s.mean, phi.T @ Theta[:, s.kstar], rtol=1e-6, atol=1e-8)
+    var = 1.0 - np.sum(phi * phi, 0) + lam * np.sum(phi * np.linalg.solve(V, phi), 0)
+    np.testing.assert_allclose(s.var, np.maximum(var, 0.0), atol=1e-8)
+    # beta_{n+1} of the next epoch: n = 6 epochs, m_n = 4 atoms (Corollary 1, times the multiplier)
+    assert s.plan(budget=k, rng=rng)[0].details["beta"] == pytest.approx(
+        moma_beta(s.tails, 6, 4, lam=lam, nystrom_eps=0.1, multiplier=1.0)
+    )
+
+
 def test_moma_plans_k_identical_rows_and_a_short_last_epoch() -> None:
     s, params, state, history, _ = drive("ldp-moma-gp-ucb", {**LDP, "k": 4}, T=10, rounds=2)
     assert [len(r) for r in history] == [4, 4]

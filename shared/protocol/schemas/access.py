@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.protocol.schemas.common import EPSILON_MAX, ID_MAX, QueryStatus, Request, RowId
+from shared.protocol.schemas.common import EPSILON_MAX, EPSILON_MIN, ID_MAX, QueryStatus, Request, RowId
 
 # --------------------------------------------------------------------------------------------- partners
 
@@ -29,7 +29,7 @@ class OutputPrivacy(Request):
     )
 
     epsilon: float = Field(
-        gt=0, le=EPSILON_MAX, allow_inf_nan=False, description="Output epsilon per answer."
+        ge=EPSILON_MIN, le=EPSILON_MAX, allow_inf_nan=False, description="Output epsilon per answer."
     )
     B: float = Field(ge=0, le=1e15, allow_inf_nan=False, description="Declared bound on |f| (public).")
     R: float = Field(ge=0, le=1e15, allow_inf_nan=False, description="Declared bound on the noise (public).")

@@ -15,13 +15,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.protocol.schemas.common import Request
+from shared.protocol.schemas.common import DELTA_MIN, Request
 
 #: Most coordinates of an oracle's theta, points one step may add, and points a whole design may hold.
 MAX_DIMENSION = 1000
 MAX_POINTS_PER_STEP = 1001
 MAX_DESIGN_POINTS = 20_000
 MAX_STEPS = 100_000
+#: Largest |value| of a bound, a coordinate or the clip (keeps every width and noise std a finite float).
+MAX_MAGNITUDE = 1e12
+#: Smallest mu: below it the noise std 2 B sqrt(T) / (n mu) stops being a meaningful finite number.
+MU_MIN = 1e-6
 
 Bound = list[float]
 
@@ -59,10 +63,17 @@ class GradientOracleCreate(Request):
         max_length=MAX_DIMENSION,
         description="[[lo, hi] x dimension]: public box; every theta and design point must lie inside.",
     )
-    clip: float = Field(gt=0, allow_inf_nan=False, description="B: each row's gradient is clipped to norm B.")
-    mu: float = Field(gt=0, le=1e3, allow_inf_nan=False, description="mu-GDP of all `steps` steps together.")
+    clip: float = Field(
+        gt=0,
+        le=MAX_MAGNITUDE,
+        allow_inf_nan=False,
+        description="B: each row's gradient is clipped to norm B.",
+    )
+    mu: float = Field(
+        ge=MU_MIN, le=1e3, allow_inf_nan=False, description="mu-GDP of all `steps` steps together."
+    )
     steps: int = Field(ge=1, le=MAX_STEPS, description="T: how many steps the oracle answers.")
-    delta: float = Field(gt=0, lt=1, description="The delta at which mu is converted to epsilon.")
+    delta: float = Field(ge=DELTA_MIN, lt=1, description="The delta at which mu is converted to epsilon.")
     intercept: bool = Field(
         default=False,
         description="huber-regression / logistic-regression: theta[0] multiplies a constant 1, so "
@@ -85,6 +96,8 @@ class GradientOracleCreate(Request):
         for k, pair in enumerate(self.bounds):
             if len(pair) != 2 or not all(math.isfinite(v) for v in pair) or not pair[0] < pair[1]:
                 raise ValueError(f"bounds[{k}] must be [lo, hi] with finite lo < hi")
+            if max(abs(pair[0]), abs(pair[1])) > MAX_MAGNITUDE:
+                raise ValueError(f"bounds[{k}] must lie within [-{MAX_MAGNITUDE:g}, {MAX_MAGNITUDE:g}]")
         if self.loss != "huber-regression" and (self.delta_huber is not None or self.weight_clip is not None):
             raise ValueError("delta_huber and weight_clip are parameters of huber-regression only")
         return self

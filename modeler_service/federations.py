@@ -1,0 +1,457 @@
+"""Federations: the modeler as the coordinator of DP-FTS-DE (issue 16; ``API.md``, "Federations").
+
+The use cases behind ``api/routes/federations.py`` (no HTTP types here) and the closing of a round, which the
+background closer (``federation_closer.py``) and a late long-poll both call. The numerics are
+``shared.federated`` (Algorithm 1 in ``coordinator.aggregate_round``, the accountant in ``privacy``); this
+module keeps what makes them sound in a service:
+
+* ``start`` freezes the agent list (N, the positions n and the round-robin regions i_n) and opens round 1;
+  an agent registered later is refused (409). Weights and noise depend on that list only.
+* A round closes at its deadline only, never early (an early close when everyone has submitted would
+  reveal by its timing who did). Closing is ONE transaction: a conditional UPDATE open -> closed (so a
+  round is aggregated once, whatever the number of closers or restarts), the Poisson sample (OS entropy),
+  the aggregate with OpenDP noise over the frozen list (absent or unsampled agents contribute 0; nothing is
+  renormalised), epsilon after the round, the next round opened (or the federation done), and the round's
+  raw submissions deleted.
+* Before opening any round, a round that would take epsilon (PLD, at delta) past the budget is refused:
+  ``start`` answers 409, a close ends the federation (``stop_reason: "budget"``).
+
+Trust: the coordinator sees each agent's raw omega (a posterior sample of that hospital's observations).
+It never logs or returns one and deletes them when their round closes. Nothing published says who
+submitted, who was sampled, or how much was clipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import logging
+import math
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from modeler_service import federation_repository as repo
+from modeler_service.db import Database, transaction
+from modeler_service.exceptions import Conflict, Forbidden, NotFound, Unprocessable
+from modeler_service.federation_schemas import (
+    AgentCreate,
+    AgentCreated,
+    AgentPublic,
+    FederationCreate,
+    FederationPublic,
+    FederationsPublic,
+    RoundPublic,
+    SubmissionAccepted,
+)
+from modeler_service.models import Federation, FederationAgent, FederationRound, FederationSubmission, utcnow
+from shared.federated.coordinator import NoiseFn, TemperatureSchedule, aggregate_round, poisson_sample
+from shared.federated.privacy import federated_epsilon, federated_epsilon_replace_one
+from shared.federated.regions import round_robin, split_box
+from shared.federated.rff import draw_rff
+from shared.privacy.gdp import gaussian_noise
+from shared.privacy.rng import os_entropy_rng
+
+log = logging.getLogger("pobo.modeler.federations")
+
+AGENT_TOKEN_PREFIX = "pobo_a_"  # noqa: S105 - a prefix, not a secret
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who calls: the modeler (its token) or one agent of one federation (an agent token)."""
+
+    kind: Literal["modeler", "agent"]
+    agent_id: str | None = None
+    federation_id: str | None = None
+
+
+MODELER = Principal("modeler")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def authenticate(session: Session, modeler_token: str, token: str) -> Principal | None:
+    """The principal of a bearer token, or None (constant-time comparisons of the modeler token, and of
+    sha256 digests: the agent lookup is by digest)."""
+    if hmac.compare_digest(token.encode("utf-8"), modeler_token.encode("utf-8")):
+        return MODELER
+    if not token.startswith(AGENT_TOKEN_PREFIX):
+        return None
+    agent = repo.agent_by_token_hash(session, hash_token(token))
+    if agent is None or not hmac.compare_digest(agent.token_hash, hash_token(token)):
+        return None
+    return Principal("agent", agent_id=agent.id, federation_id=agent.federation_id)
+
+
+# ------------------------------------------------------------------------------------------- accounting
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_pld(q: float, z: float, rounds: int, delta: float) -> float:
+    """epsilon (zero-out relation, PLD) after ``rounds`` rounds; cached (seconds of dp-accounting cold)."""
+    return federated_epsilon(q, z, rounds, delta, accountant="pld")
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_rdp(q: float, z: float, rounds: int, delta: float) -> float:
+    return federated_epsilon(q, z, rounds, delta, accountant="rdp")
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_replace_one(q: float, z: float, rounds: int, delta: float) -> float:
+    return federated_epsilon_replace_one(q, z, rounds, delta, accountant="pld")
+
+
+def _acc(params: dict[str, Any]) -> tuple[float, float, float]:
+    return float(params["q"]), float(params["z"]), float(params["delta"])
+
+
+def warm_accounting(params: dict[str, Any], number: int) -> None:
+    """Compute (into the caches) what closing round ``number`` will need, so the close itself is quick."""
+    q, z, delta = _acc(params)
+    epsilon_pld(q, z, number, delta)
+    epsilon_rdp(q, z, number, delta)
+    epsilon_replace_one(q, z, number, delta)
+    if number < int(params["rounds"]):
+        epsilon_pld(q, z, number + 1, delta)
+
+
+# ------------------------------------------------------------------------------------------- use cases
+
+
+def require_modeler(principal: Principal) -> None:
+    if principal.kind != "modeler":
+        raise Forbidden("this needs the modeler token; an agent token may only read and submit")
+
+
+def _federation_for(
+    session: Session, principal: Principal, federation_id: str, *, lock: bool = False
+) -> Federation:
+    """The federation if the principal may see it (an agent: only its own; another is a 404, like one that
+    does not exist, so that an agent learns nothing about other federations)."""
+    if principal.kind == "agent" and principal.federation_id != federation_id:
+        raise NotFound(f"no federation {federation_id}")
+    federation = repo.get_federation(session, federation_id, for_update=lock)
+    if federation is None:
+        raise NotFound(f"no federation {federation_id}")
+    return federation
+
+
+def create_federation(session: Session, body: FederationCreate) -> Federation:
+    """Draw the shared features (OS entropy) and store the public parameters."""
+    lower = [float(b[0]) for b in body.bounds]
+    upper = [float(b[1]) for b in body.bounds]
+    lengthscale = body.lengthscale
+    if lengthscale is None:
+        lengthscale = 0.2 * float(np.mean(np.asarray(upper) - np.asarray(lower)))
+    rff = draw_rff(body.dimension, body.M, lengthscale, body.signal_variance, rng=os_entropy_rng())
+    params = body.model_dump(mode="json")
+    params["lengthscale"] = lengthscale
+    federation = Federation(
+        id=uuid.uuid4().hex,
+        params=params,
+        rff=rff.to_public(),
+        status="registering",
+        current_round=0,
+        rounds_closed=0,
+        epsilon_pld=0.0,
+        epsilon_rdp=0.0,
+        epsilon_replace_one_pld=0.0,
+    )
+    repo.add(session, federation)
+    return federation
+
+
+def list_federations(session: Session) -> FederationsPublic:
+    data = [to_public(session, f, MODELER) for f in repo.list_federations(session)]
+    return FederationsPublic(data=data, count=len(data))
+
+
+def register_agent(
+    session: Session, principal: Principal, federation_id: str, body: AgentCreate
+) -> AgentCreated:
+    require_modeler(principal)
+    federation = _federation_for(session, principal, federation_id, lock=True)
+    if federation.status != "registering":
+        raise Conflict(
+            f"federation {federation_id} has started: its agent list is frozen (register agents before "
+            "POST .../start)"
+        )
+    if repo.agent_named(session, federation_id, body.name) is not None:
+        raise Conflict(f"federation {federation_id} already has an agent named {body.name!r}")
+    token = AGENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    agent = FederationAgent(
+        id=uuid.uuid4().hex,
+        federation_id=federation_id,
+        seq=repo.next_agent_seq(session, federation_id),
+        name=body.name,
+        token_hash=hash_token(token),
+    )
+    repo.add(session, agent)
+    repo.touch(federation)
+    return AgentCreated(id=agent.id, federation_id=federation_id, name=agent.name, token=token)
+
+
+def start(session: Session, principal: Principal, federation_id: str) -> Federation:
+    """Freeze the agent list and the round-robin regions, open round 1 (if the budget allows it)."""
+    require_modeler(principal)
+    federation = _federation_for(session, principal, federation_id, lock=True)
+    if federation.status != "registering":
+        raise Conflict(f"federation {federation_id} has already started (status {federation.status})")
+    agents = repo.agents(session, federation_id)
+    if not agents:
+        raise Conflict(f"federation {federation_id} has no agents: register at least one before start")
+    params = federation.params
+    q, z, delta = _acc(params)
+    first = epsilon_pld(q, z, 1, delta)
+    budget = float(params["epsilon_budget"])
+    if first > budget:
+        raise Conflict(
+            f"one round would spend epsilon {first:.4g} (PLD, delta {delta:g}) > the budget {budget:g}: "
+            "raise z, lower q, or create a federation with a larger epsilon_budget"
+        )
+    regions = round_robin(len(agents), int(params["P"]))
+    for n, agent in enumerate(agents):
+        agent.position, agent.region = n, int(regions[n])
+    now = utcnow()
+    federation.status = "running"
+    federation.participants = len(agents)
+    federation.current_round = 1
+    repo.touch(federation)
+    repo.add(session, _new_round(federation, 1, now))
+    log.info("federation %s started with %d agents", federation_id, len(agents))
+    return federation
+
+
+def _new_round(federation: Federation, number: int, now: datetime) -> FederationRound:
+    deadline = now + timedelta(seconds=float(federation.params["round_seconds"]))
+    return FederationRound(
+        federation_id=federation.id, number=number, status="open", opened_at=now, deadline=deadline
+    )
+
+
+def to_public(session: Session, federation: Federation, principal: Principal) -> FederationPublic:
+    params = federation.params
+    regions = split_box([b[0] for b in params["bounds"]], [b[1] for b in params["bounds"]], int(params["P"]))
+    agents = repo.agents(session, federation.id)
+    public = [AgentPublic(id=a.id, name=a.name, position=a.position, region=a.region) for a in agents]
+    deadline = None
+    if federation.status == "running":
+        current = repo.get_round(session, federation.id, federation.current_round)
+        if current is not None and current.status == "open":
+            deadline = current.deadline
+    return FederationPublic(
+        id=federation.id,
+        created_at=federation.created_at,
+        status=federation.status,  # type: ignore[arg-type]
+        stop_reason=federation.stop_reason,  # type: ignore[arg-type]
+        round=federation.current_round,
+        round_deadline=deadline,
+        rounds_closed=federation.rounds_closed,
+        participants=federation.participants,
+        epsilon_pld=federation.epsilon_pld,
+        epsilon_rdp=federation.epsilon_rdp,
+        epsilon_replace_one_pld=federation.epsilon_replace_one_pld,
+        params=params,
+        rff=federation.rff,
+        region_counts=[int(c) for c in regions.counts],
+        agents=public if principal.kind == "modeler" else None,
+        you=next((a for a in public if a.id == principal.agent_id), None)
+        if principal.kind == "agent"
+        else None,
+    )
+
+
+def get_federation(session: Session, principal: Principal, federation_id: str) -> FederationPublic:
+    return to_public(session, _federation_for(session, principal, federation_id), principal)
+
+
+def submit(
+    session: Session,
+    principal: Principal,
+    federation_id: str,
+    number: int,
+    omega: list[float],
+    idempotency_key: str | None,
+) -> tuple[SubmissionAccepted, bool]:
+    """Store an agent's omega for round ``number`` (returns it and whether it was a replay of the same
+    Idempotency-Key). One per agent per round; only to the open round before its deadline."""
+    if principal.kind != "agent" or principal.agent_id is None:
+        raise Forbidden("submissions need an agent token of this federation (the modeler does not submit)")
+    federation = _federation_for(session, principal, federation_id)
+    M = int(federation.params["M"])
+    if len(omega) != M:
+        raise Unprocessable(f"omega must have M = {M} values, got {len(omega)}")
+    if not all(math.isfinite(v) for v in omega):
+        raise Unprocessable("omega must be finite")
+    accepted = SubmissionAccepted(federation_id=federation_id, round=number)
+    # The round's row lock (PostgreSQL) orders this insert against the closer's conditional UPDATE: a
+    # submission is either in the aggregate (and purged with the round) or refused, never left behind.
+    rnd = repo.get_round(session, federation_id, number, for_update=True)
+    if rnd is None:
+        if federation.status == "registering":
+            raise Conflict(f"federation {federation_id} has not started: no round is open")
+        raise Conflict(f"round {number} is not open: the current round is {federation.current_round}")
+    existing = repo.submission(session, rnd.id, principal.agent_id)
+    if existing is not None:
+        if idempotency_key is not None and existing.idempotency_key == idempotency_key:
+            return accepted, True
+        raise Conflict(f"this agent has already submitted for round {number} (one submission per round)")
+    if rnd.status != "open":
+        raise Conflict(f"round {number} is closed: the current round is {federation.current_round}")
+    now = utcnow()
+    if now >= rnd.deadline:
+        raise Conflict(
+            f"round {number}'s deadline passed at {rnd.deadline.isoformat()}: it closes without this "
+            "submission (it counts as 0)"
+        )
+    repo.add(
+        session,
+        FederationSubmission(
+            round_id=rnd.id,
+            agent_id=principal.agent_id,
+            idempotency_key=idempotency_key,
+            omega=[float(v) for v in omega],
+        ),
+    )
+    return accepted, False
+
+
+def read_round(session: Session, principal: Principal, federation_id: str, number: int) -> RoundPublic:
+    federation = _federation_for(session, principal, federation_id)
+    rnd = repo.get_round(session, federation_id, number)
+    if rnd is None:
+        raise NotFound(
+            f"federation {federation_id} has no round {number} (current round {federation.current_round})"
+        )
+    closed = rnd.status == "closed"
+    return RoundPublic(
+        round=rnd.number,
+        status="closed" if closed else "open",
+        deadline=rnd.deadline,
+        participants=int(federation.participants or 0),
+        aggregates=rnd.aggregates if closed else None,
+        epsilon_pld=rnd.epsilon_pld if closed else None,
+        epsilon_rdp=rnd.epsilon_rdp if closed else None,
+    )
+
+
+def read_round_tx(db: Database, principal: Principal, federation_id: str, number: int) -> RoundPublic:
+    with transaction(db, write=False) as session:
+        return read_round(session, principal, federation_id, number)
+
+
+# -------------------------------------------------------------------------------------- closing a round
+
+
+def close_round(
+    db: Database,
+    federation_id: str,
+    number: int,
+    *,
+    now: datetime | None = None,
+    noise: NoiseFn = gaussian_noise,
+    rng: np.random.Generator | None = None,
+) -> bool:
+    """Close round ``number`` if it is open and past its deadline (at ``now``); True if this call closed it.
+
+    The accounting is computed first, outside the write transaction (cached; seconds on a cold cache).
+    Then one transaction: claim the round (conditional UPDATE open -> closed), Poisson sample, aggregate,
+    epsilon, the next round opened or the federation done, the round's submissions deleted.
+    """
+    with transaction(db, write=False) as session:
+        federation = repo.get_federation(session, federation_id)
+        rnd = repo.get_round(session, federation_id, number)
+        at = now or utcnow()
+        if federation is None or rnd is None or rnd.status != "open" or rnd.deadline > at:
+            return False
+        params = dict(federation.params)
+    q, z, delta = _acc(params)
+    rounds, budget = int(params["rounds"]), float(params["epsilon_budget"])
+    eps = (epsilon_pld(q, z, number, delta), epsilon_rdp(q, z, number, delta))
+    eps_replace_one = epsilon_replace_one(q, z, number, delta)
+    eps_next = epsilon_pld(q, z, number + 1, delta) if number < rounds else math.inf
+
+    with transaction(db) as session:
+        rnd = repo.get_round(session, federation_id, number)
+        closed_at = now or utcnow()
+        if rnd is None or not repo.claim_round_for_close(session, rnd.id, closed_at):
+            return False  # another closer got there first
+        federation = repo.get_federation(session, federation_id, for_update=True)
+        assert federation is not None  # noqa: S101 - the round's foreign key
+        agents = sorted(
+            (a for a in repo.agents(session, federation_id) if a.position is not None),
+            key=lambda a: int(a.position or 0),
+        )
+        N = len(agents)
+        position = {a.id: int(a.position or 0) for a in agents}
+        submitted = {position[s.agent_id]: s.omega for s in repo.submissions(session, rnd.id)}
+        sampled = poisson_sample(N, q, rng=rng or os_entropy_rng())
+        schedule = TemperatureSchedule.from_public(params["temperature"])
+        aggregates = aggregate_round(
+            N,
+            submitted,
+            sampled,
+            M=int(params["M"]),
+            P=int(params["P"]),
+            S=float(params["S"]),
+            q=q,
+            z=z,
+            temperature=schedule.temperature(number),
+            noise=noise,
+            assignment=np.asarray([int(a.region or 0) for a in agents], dtype=np.int64),
+        )
+        rnd.status, rnd.closed_at = "closed", closed_at
+        rnd.sampled = [int(i) for i in np.flatnonzero(sampled)]
+        rnd.aggregates = aggregates.tolist()
+        rnd.epsilon_pld, rnd.epsilon_rdp = eps
+        repo.purge_submissions(session, rnd.id)
+        federation.rounds_closed = number
+        federation.epsilon_pld, federation.epsilon_rdp = eps
+        federation.epsilon_replace_one_pld = eps_replace_one
+        if number >= rounds:
+            federation.status, federation.stop_reason = "done", "rounds"
+        elif eps_next > budget:
+            federation.status, federation.stop_reason = "done", "budget"
+        else:
+            federation.current_round = number + 1
+            # the next round's time starts now, after the arithmetic: agents get all of round_seconds
+            repo.add(session, _new_round(federation, number + 1, now or utcnow()))
+        repo.touch(federation)
+    log.info(
+        "federation %s: round %d closed (epsilon %.4g PLD, %.4g RDP)%s",
+        federation_id,
+        number,
+        eps[0],
+        eps[1],
+        f"; done ({federation.stop_reason})" if federation.status == "done" else "",
+    )
+    return True
+
+
+def close_overdue(db: Database, *, now: datetime | None = None) -> int:
+    """Close every open round past its deadline (the closer's pass; also at start-up). Returns how many."""
+    with transaction(db, write=False) as session:
+        due = repo.overdue_rounds(session, now or utcnow())
+    return sum(close_round(db, federation_id, number, now=now) for federation_id, number in due)
+
+
+def open_round_params(db: Database) -> list[tuple[dict[str, Any], int]]:
+    """(params, number) of every open round (for warming the accounting caches)."""
+    with transaction(db, write=False) as session:
+        rounds = repo.open_rounds(session)
+        out = []
+        for federation_id, number in rounds:
+            federation = repo.get_federation(session, federation_id)
+            if federation is not None:
+                out.append((dict(federation.params), number))
+    return out
