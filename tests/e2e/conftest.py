@@ -63,6 +63,13 @@ def workers() -> int:
     return 1
 
 
+#: For e2e tests whose subject does not touch the database (TLS, logs, file modes, the throttle's own file,
+#: a strategy's arithmetic): run them on SQLite only. The database paths they pass through run on PostgreSQL
+#: in the unit tests (tests/curator_service, tests/modeler_service) and in the other e2e tests; this keeps
+#: the suite inside CI's time limit.
+SQLITE_ONLY = pytest.mark.parametrize("services", ["sqlite"], indirect=True)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> Iterator[Services]:
     schema = None

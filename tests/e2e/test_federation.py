@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from shared.accounting import federated_epsilon
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 AGENTS, ROUNDS, ROUND_SECONDS = 5, 5, 2.5
 Q, Z, DELTA, P, M = 0.5, 5.0, 1e-5, 2, 30  # z = 5: dp-accounting is quick (a 2-CPU runner)

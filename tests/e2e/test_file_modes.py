@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shared.processes import ServiceProcess, curator_env, free_port
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body
 
 pytestmark = pytest.mark.slow
@@ -25,6 +25,7 @@ def _open_to_others(root: Path) -> list[str]:
     return loose
 
 
+@SQLITE_ONLY  # the files of a SQLite database are the ones to check
 def test_every_file_the_services_write_is_private(services: Services) -> None:
     _, release, partner = setup_release(services, max_queries=10)
     with services.modeler_http() as http:

@@ -13,12 +13,12 @@ from sklearn.datasets import load_breast_cancer
 
 from shared.bo.gibo.losses import logistic_regression
 from shared.privacy.gdp import gdp_epsilon
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_restart import wait_iterations
 from tests.e2e.test_strategies import reconciled
 from tests.e2e.test_two_party import wait_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 FEATURES = 9  # + an intercept: theta has 10 entries
 STEPS = 12

@@ -7,9 +7,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 LIMIT = 10  # AUTH_MAX_FAILURES, default
 
 

@@ -150,7 +150,7 @@ class TlsServices:
     tmp: Path
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite"])  # TLS is between the services: the database does not matter here
 def tls_services(request: pytest.FixtureRequest, tmp_path: Path, pki: Pki) -> Iterator[TlsServices]:
     schema = None
     db_url: str | None = None

@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_token_logs import _forbidden
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 
 @pytest.fixture(params=[1, 2], ids=["1-process", "2-workers"])
