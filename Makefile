@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pobo-installed
 
-.PHONY: demo test lint docs bench bench-perf bench-ldp bench-gibo clean
+.PHONY: demo test lint docs bench bench-perf bench-ldp bench-gibo bench-fed clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ bench-ldp: $(STAMP)
 
 bench-gibo: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/pobo bench gibo --json bench-gibo.json --plot bench-gibo.png
+
+bench-fed: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(BIN)/pobo bench fed --json bench-fed.json --plot bench-fed.png
 
 clean:
 	rm -rf $(VENV) pobo-demo-output .pytest_cache

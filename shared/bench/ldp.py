@@ -37,9 +37,7 @@ and student-t share w and s) and one noise sequence, used by every strategy and 
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ import numpy as np
 
 from shared.bench.ldp_problems import EPSILON_INPUT, Problem, make_problem, moma_paper_k
 from shared.bench.pool import map_runs
+from shared.bench.report import markdown_table, rich_table, write_report
 from shared.bench.synthetic import DELTA as SYNTHETIC_DELTA
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
 
@@ -341,26 +340,17 @@ HEADER = [
 
 
 def summary_table(report: dict[str, Any]) -> Any:
-    from rich.table import Table
-
     st = report["settings"]
-    table = Table(
-        title=f"Final cumulative regret R_T over {st['runs']} runs (T = {st['T']}, combined T = "
+    title = (
+        f"Final cumulative regret R_T over {st['runs']} runs (T = {st['T']}, combined T = "
         f"{st['combined_T']}); R_T/random: over uniform random play's expected R_T; R_T/R_{{T/2}} < 2 means "
         "sub-linear growth"
     )
-    for h in HEADER:
-        table.add_column(h, justify="left" if h in ("setting", "strategy") else "right")
-    for row in summary_rows(report):
-        table.add_row(*row)
-    return table
+    return rich_table(title, HEADER, summary_rows(report), left=("setting", "strategy"))
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = ["# LDP-BO synthetic benchmark (cumulative regret)", ""]
-    lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in summary_rows(report)]
-    return "\n".join(lines) + "\n"
+    return markdown_table("LDP-BO synthetic benchmark (cumulative regret)", HEADER, summary_rows(report))
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -460,10 +450,7 @@ def main(
         console.print(f"skipped {label} on {setting}: its k exceeds the study's T")
     console.print(summary_table(report))
     if json_path:
-        tmp = json_path.with_name(json_path.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, json_path)
-        json_path.with_suffix(".md").write_text(markdown(report))
+        write_report(report, json_path, markdown(report))
     if plot_path:
         plot(report, plot_path)
     return report
