@@ -6,6 +6,7 @@ commands, so that ``import shared`` never pulls in FastAPI or SQLAlchemy).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -157,6 +158,15 @@ def bench_ldp(
     )
 
 
+def _pick(text: str, known: Sequence[str], what: str) -> list[str]:
+    """A comma-separated choice among ``known`` (in the order given, repeats dropped); else a usage error."""
+    chosen = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in known]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown {what} {unknown}: choose from {', '.join(known)}")
+    return list(dict.fromkeys(chosen))
+
+
 @bench_app.command("gibo")
 def bench_gibo(
     runs: Annotated[int, typer.Option(min=1, help="Independent runs (data draws) per example.")] = 4,
@@ -177,13 +187,9 @@ def bench_gibo(
     from shared.bench.gibo import EXAMPLES
     from shared.bench.gibo import main as run
 
-    chosen = [e.strip() for e in examples.split(",") if e.strip()]
-    unknown = [e for e in chosen if e not in EXAMPLES]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown example {unknown}: choose from {', '.join(EXAMPLES)}")
     run(
         runs=runs,
-        examples=list(dict.fromkeys(chosen)),
+        examples=_pick(examples, EXAMPLES, "example"),
         seed=seed,
         workers=workers,
         json_path=json_path,
@@ -210,13 +216,9 @@ def bench_fed(
     from shared.bench.fed import SETTINGS
     from shared.bench.fed import main as run
 
-    chosen = [s.strip() for s in settings.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SETTINGS]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown setting {unknown}: choose from {', '.join(SETTINGS)}")
     run(
         runs=runs,
-        settings=list(dict.fromkeys(chosen)),
+        settings=_pick(settings, SETTINGS, "setting"),
         seed=seed,
         workers=workers,
         json_path=json_path,
@@ -461,9 +463,7 @@ def reconcile_cmd(
             f"{report.modeler_entries} audit entries = {report.curator_entries} curator queries; {chains}"
         )
         return
-    table = Table(
-        title=f"study {report.study_id} ({report.source}): {len(report.mismatches)} mismatch(es)"
-    )
+    table = Table(title=f"study {report.study_id} ({report.source}): {len(report.mismatches)} mismatch(es)")
     for column in ("query id", "round", "mismatch", "curator", "modeler"):
         table.add_column(column)
     for m in report.mismatches:

@@ -18,7 +18,15 @@ Paper: "Scalable Differentially Private Bayesian Optimization" (DP-GIBO), Sectio
   drawn by random Fourier features (Rahimi & Recht 2007; M features: an approximation of the RBF GP), the
   inputs are U[0, 1]^10 and the observation noise N(0, 0.1^2) (the paper says neither; with N(0, I) inputs
   most draws have a rough coordinate that makes the sample near white noise and the tuning moot). The
-  lower end of the box is 0.05, not 0 (a zero length-scale is not a kernel). Baselines (non-private, as in
+  search is over the length-scales themselves, as in the paper (not their logs); the lower end of the box is
+  0.05, not 0 (a zero length-scale is not a kernel). Near 0 the loss has a high flat plateau: as one l_j -> 0
+  the kernel between distinct inputs -> 0, the posterior mean at the validation points -> 0 and f -> mean(y^2)
+  ~ var(y) (~0.3-0.45 here, against ~0.015 at the true l), with a vanishing gradient; with U[0, 1] inputs and
+  500 training points one l_j below ~0.1 is already most of the way there. Scale of the private gradient at
+  B = 1 (three draws, at the random start): per-user surrogate-gradient norms have median 0.2-0.5 and 9-31 %
+  are clipped; the clipped average has norm 0.08-0.2 against an expected noise norm
+  2 B sqrt(T) / (n mu) sqrt(d) = 0.0022 sqrt(10) = 0.007 -- the privacy noise matters only near the optimum,
+  where |grad f| falls to ~the noise norm. Baselines (non-private, as in
   the paper): uniform random search and a plain GP-UCB (``gp_ucb``) with the same number of loss evaluations.
 
 All randomness comes from numpy Generators seeded by (seed, run, purpose); a benchmark's seeds never reach

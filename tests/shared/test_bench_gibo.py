@@ -159,6 +159,52 @@ def test_section_4_3_problem_and_baselines(report: dict) -> None:
         assert min(item["path_mean"]) >= 0  # the gap to the best value any method saw in the run
         if method != "dp-gibo":
             assert np.all(np.diff(item["path_mean"]) <= 1e-12)  # best so far
+    # App. C.3: one random start per run, shared -- theta0 is each baseline's first evaluation
+    dp = entry(report, "gp-lengthscales", "dp-gibo", 1.0)
+    for method in ("random-search", "gp-ucb"):
+        assert entry(report, "gp-lengthscales", method)["path_mean"][0] == pytest.approx(dp["path_mean"][0])
+    assert 0 <= dp["dp_best_iterate_mean"] <= dp["final_error_mean"] + 1e-12
+
+
+def test_section_4_3_defaults_follow_the_paper() -> None:
+    cfg = gibo.TuningConfig()
+    assert (cfg.d, cfg.n_val, cfg.T, cfg.b, cfg.B, cfg.mu) == (10, 4500, 25, 11, 1.0, 1.0)  # App. C.3
+    # where the paper is silent (see the module docstring): AdaGrad step, surrogate length-scale, maxiter
+    assert (cfg.lr, cfg.lengthscale, cfg.maxiter) == (1.0, 1.0, 100)
+
+
+def test_run_dp_gibo_maxiter_pass_through() -> None:
+    from shared.bo.gibo.kernels import SEKernel
+    from shared.bo.gibo.loop import run_dp_gibo
+    from shared.bo.gibo.updates import AdaGrad
+    from shared.errors import InputDataError
+
+    def loss_matrix(Z: np.ndarray) -> np.ndarray:
+        return np.sum((Z - 0.3) ** 2, axis=1)[:, None] * np.ones((1, 5))
+
+    def go(**kw: object) -> np.ndarray:
+        res = run_dp_gibo(
+            loss_matrix,
+            np.zeros(2),
+            np.tile([-1.0, 1.0], (2, 1)),
+            T=2,
+            B=1.0,
+            mu=math.inf,
+            kernel=SEKernel(),
+            updater=AdaGrad(lr=0.1),
+            rng=np.random.default_rng(0),
+            noise=lambda s, d: np.zeros(d),
+            **kw,  # type: ignore[arg-type]
+        )
+        return res.design
+
+    # the default (None) is optimize_batch's own default of 200 iterations
+    np.testing.assert_array_equal(go(batch_size=3), go(batch_size=3, maxiter=200))
+    assert go(batch_size=3, maxiter=1).shape == (6, 2)
+    with pytest.raises(InputDataError):
+        go(batch_size=3, maxiter=0)
+    with pytest.raises(InputDataError):
+        go(tolerance=0.1, maxiter=10)
 
 
 def test_cli_writes_json_and_plot(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

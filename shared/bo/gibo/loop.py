@@ -77,10 +77,19 @@ def run_dp_gibo(
     jitter: float = DEFAULT_JITTER,
     init_scale: float = 0.1,
     n_restarts: int = 1,
+    maxiter: int | None = None,
 ) -> DPGiboResult:
-    """Algorithm 1 (``batch_size=b``) or Algorithm 2 (``tolerance=eps``): give exactly one of the two."""
+    """Algorithm 1 (``batch_size=b``) or Algorithm 2 (``tolerance=eps``): give exactly one of the two.
+
+    ``maxiter`` (Algorithm 1 only) caps the L-BFGS-B iterations of each batch optimisation
+    (``optimize_batch``); None keeps its default.
+    """
     if (batch_size is None) == (tolerance is None):
         raise InputDataError("give exactly one of batch_size (Algorithm 1) and tolerance (Algorithm 2)")
+    if maxiter is not None and (batch_size is None or not isinstance(maxiter, int) or maxiter < 1):
+        raise InputDataError(
+            f"maxiter must be an integer >= 1 and needs batch_size (Algorithm 1), got {maxiter!r}"
+        )
     theta = as_theta(theta0)
     d = int(theta.shape[0])
     bd = as_bounds(bounds, d)
@@ -100,8 +109,9 @@ def run_dp_gibo(
     for _ in range(int(T)):
         gp_acq = GradientGP(kernel, D, jitter=jitter)
         if batch_size is not None:
+            extra = {} if maxiter is None else {"maxiter": maxiter}
             Z, alpha = optimize_batch(
-                gp_acq, theta, batch_size, bd, rng, init_scale=init_scale, n_restarts=n_restarts
+                gp_acq, theta, batch_size, bd, rng, init_scale=init_scale, n_restarts=n_restarts, **extra
             )
         else:
             assert tolerance is not None  # for the type checker
