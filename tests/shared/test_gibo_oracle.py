@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from shared.bo.gibo import audit as gibo_audit
 from shared.bo.gibo import losses
 from shared.bo.gibo.audit import (
     GIBO_AUDITS,
@@ -381,6 +382,16 @@ def test_the_oracle_and_its_control_are_registered() -> None:
 AUDIT_DELTA, AUDIT_TRIALS, AUDIT_CALIBRATION = 1e-2, 2000, 1000
 
 
+@pytest.fixture
+def seeded_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audits below run the production oracle with a seeded numpy Gaussian in place of OpenDP's sampler
+    (which cannot be seeded), so that each is one fixed, reproducible experiment. That OpenDP's sampler draws
+    N(0, std^2) is tested in tests/shared/test_gdp.py."""
+    rng = np.random.default_rng(2026)
+    monkeypatch.setattr(gibo_audit, "gaussian_noise", lambda std, d: rng.normal(0.0, std, d))
+
+
+@pytest.mark.usefixtures("seeded_noise")
 def test_the_production_oracle_stays_within_its_claim() -> None:
     result = run_audit(
         gradient_oracle_mechanism(delta=AUDIT_DELTA),
@@ -393,6 +404,7 @@ def test_the_production_oracle_stays_within_its_claim() -> None:
     assert result.empirical_epsilon_lower_bound >= 0.25 * result.claimed_epsilon, result.row()  # power
 
 
+@pytest.mark.usefixtures("seeded_noise")
 def test_the_audit_catches_the_oracle_with_half_the_noise() -> None:
     result = run_audit(
         half_noise_oracle_mechanism(delta=AUDIT_DELTA),
