@@ -6,11 +6,12 @@ commands, so that ``import shared`` never pulls in FastAPI or SQLAlchemy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from shared.bench.cli import bench_app
 
 app = typer.Typer(
     help="pobo: privacy-preserving outsourced Bayesian optimization (PO-GP-UCB).",
@@ -19,14 +20,13 @@ app = typer.Typer(
 )
 curator_app = typer.Typer(help="The curator service (holds the sensitive rows).", no_args_is_help=True)
 modeler_app = typer.Typer(help="The modeler service (runs the optimization).", no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks (utility and speed); not tests.", no_args_is_help=True)
 audit_app = typer.Typer(help="Audits of pobo's own guarantees.", no_args_is_help=True)
 docs_app = typer.Typer(help="The project's generated documentation.", no_args_is_help=True)
 app.add_typer(curator_app, name="curator")
 app.add_typer(audit_app, name="audit")
 app.add_typer(docs_app, name="docs")
 app.add_typer(modeler_app, name="modeler")
-app.add_typer(bench_app, name="bench")
+app.add_typer(bench_app, name="bench")  # shared/bench/cli.py
 agent_app = typer.Typer(
     help="A federation agent (DP-FTS-DE), run next to a hospital's data.", no_args_is_help=True
 )
@@ -61,257 +61,6 @@ def modeler_serve(
     from modeler_service.main import serve
 
     serve(host=host, port=port, workers=workers)
-
-
-@bench_app.command("synthetic")
-def bench_synthetic(
-    runs: Annotated[int, typer.Option(min=1, help="Random runs per setting (paper: 50).")] = 50,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write the Fig. 2a-style plot (PNG) here.")] = None,
-    quick: Annotated[bool, typer.Option(help="A few runs of a few settings: a smoke test.")] = False,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
-    strategies: Annotated[
-        str | None,
-        typer.Option(
-            help="Compare registry strategies instead (comma-separated, e.g. gp-ucb,gp-bucb,random): simple "
-            "regret by query and by round."
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int, typer.Option(min=1, max=1000, help="gp-bucb's batch size k (with --strategies).")
-    ] = 5,
-    queries: Annotated[
-        int, typer.Option(min=1, help="Queries per study, initial row included (with --strategies).")
-    ] = 50,
-) -> None:
-    """The paper's synthetic GP experiment (Fig. 2a, Tables 1-3) in `transfer` and `mle` modes; with
-    --strategies, the modeler's registry strategies compared on the same functions."""
-    from shared.bench.synthetic import main as run
-
-    names = None
-    if strategies is not None:
-        from shared.bo.strategies import REGISTRY
-
-        names = [s.strip() for s in strategies.split(",") if s.strip()]
-        unknown = [s for s in names if s not in REGISTRY]
-        if unknown or not names:
-            raise typer.BadParameter(
-                f"unknown strategy {unknown}: the registry has {', '.join(sorted(REGISTRY))}",
-                param_hint="--strategies",
-            )
-    run(
-        runs=runs,
-        json_path=json_path,
-        plot_path=plot,
-        quick=quick,
-        seed=seed,
-        workers=workers,
-        strategies=names,
-        batch_size=batch_size,
-        queries=queries,
-    )
-
-
-@bench_app.command("ldp")
-def bench_ldp(
-    runs: Annotated[int, typer.Option(min=1, help="Random runs (functions) per setting (paper: 10).")] = 10,
-    T: Annotated[int, typer.Option("--T", min=2, help="Queries per study (paper: 1000).")] = 1000,
-    combined_T: Annotated[
-        int, typer.Option("--combined-T", min=2, help="Queries per study in the combined setting.")
-    ] = 200,
-    settings: Annotated[
-        str, typer.Option(help="Comma-separated settings: se, matern, student-t, combined.")
-    ] = "se,matern,student-t,combined",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write the cumulative-regret plot (PNG) here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
-    beta_multiplier: Annotated[
-        float, typer.Option(min=0.0, help="The six strategies' factor on the theorems' beta (1 = as stated).")
-    ] = 1.0,
-) -> None:
-    """The LDP-BO paper's synthetic experiments (Zhou & Tan 2021, Fig. 2a/2d, Fig. 3a): cumulative regret of
-    the LDP and heavy-tailed GP-UCB strategies under CTL(eps) or Student-t noise, and output privacy on top of
-    the Gaussian release (combined)."""
-    from shared.bench.ldp import SETTINGS
-    from shared.bench.ldp import main as run
-
-    chosen = [s.strip() for s in settings.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SETTINGS]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown setting {unknown}: choose from {', '.join(SETTINGS)}")
-    run(
-        runs=runs,
-        T=T,
-        combined_T=combined_T,
-        settings=list(dict.fromkeys(chosen)),
-        seed=seed,
-        workers=workers,
-        json_path=json_path,
-        plot_path=plot,
-        beta_multiplier=beta_multiplier,
-    )
-
-
-def _pick(text: str, known: Sequence[str], what: str) -> list[str]:
-    """A comma-separated choice among ``known`` (in the order given, repeats dropped); else a usage error."""
-    chosen = [c.strip() for c in text.split(",") if c.strip()]
-    unknown = [c for c in chosen if c not in known]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown {what} {unknown}: choose from {', '.join(known)}")
-    return list(dict.fromkeys(chosen))
-
-
-@bench_app.command("gibo")
-def bench_gibo(
-    runs: Annotated[int, typer.Option(min=1, help="Independent runs (data draws) per example.")] = 4,
-    examples: Annotated[
-        str,
-        typer.Option(help="Comma-separated examples: normal-location, huber-regression, gp-lengthscales."),
-    ] = "normal-location,huber-regression,gp-lengthscales",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write the error-path plot (PNG) here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
-) -> None:
-    """The DP-GIBO paper's Section 4 examples (Scalable DP Bayesian optimisation, Algorithm 1, Fig. 1-2, 4):
-    normal location (4.1), Huber regression vs noisy GD (4.2), GP length-scale tuning vs random search and
-    GP-UCB (4.3)."""
-    from shared.bench.gibo import EXAMPLES
-    from shared.bench.gibo import main as run
-
-    run(
-        runs=runs,
-        examples=_pick(examples, EXAMPLES, "example"),
-        seed=seed,
-        workers=workers,
-        json_path=json_path,
-        plot_path=plot,
-    )
-
-
-@bench_app.command("fed")
-def bench_fed(
-    runs: Annotated[int, typer.Option(min=1, help="Independent runs per curve.")] = 10,
-    settings: Annotated[
-        str, typer.Option(help="Comma-separated settings: synthetic, svm-shards.")
-    ] = "synthetic,svm-shards",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write the regret-curve plot (PNG) here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
-) -> None:
-    """DP-FTS-DE's Section 5 (federated DP Thompson sampling, Algorithms 1-2, Fig. 2-3): TS vs FTS vs FTS-DE
-    and the impact of S, q and z with epsilon (PLD / RDP) beside each DP curve, on a synthetic GP federation
-    and on SVM tuning over dataset shards."""
-    from shared.bench.fed import SETTINGS
-    from shared.bench.fed import main as run
-
-    run(
-        runs=runs,
-        settings=_pick(settings, SETTINGS, "setting"),
-        seed=seed,
-        workers=workers,
-        json_path=json_path,
-        plot_path=plot,
-    )
-
-
-@bench_app.command("perf")
-def bench_perf(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    n_release: Annotated[int, typer.Option(help="Rows of the release benchmark.")] = 1_000_000,
-    n_gp: Annotated[int, typer.Option(help="Candidates of the GP-UCB loop benchmark.")] = 100_000,
-    seed: Annotated[int, typer.Option(help="Benchmark seed.")] = 0,
-) -> None:
-    """Streaming release vs direct SVD, incremental GP-UCB vs refitting scikit-learn's GPR."""
-    from shared.bench.perf import main as run
-
-    run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed)
-
-
-@bench_app.command("service")
-def bench_service(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    n: Annotated[int, typer.Option(min=10, help="Rows of the synthetic release.")] = 10_000,
-    iterations: Annotated[int, typer.Option(min=2, help="Iterations per study (t <= this).")] = 50,
-    studies: Annotated[int, typer.Option(min=1, help="Studies (each a fresh t = 1..iterations).")] = 3,
-) -> None:
-    """One HTTP iteration (suggest + curator query + observe) on loopback, beyond the GP arithmetic."""
-    from shared.bench.service import main as run
-
-    run(json_path=json_path, n=n, iterations=iterations, studies=studies)
-
-
-@bench_app.command("load")
-def bench_load(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    studies: Annotated[int, typer.Option(min=1, help="Concurrent studies (one client thread each).")] = 20,
-    iterations: Annotated[int, typer.Option(min=1, help="Iterations per study.")] = 50,
-    workers: Annotated[
-        int, typer.Option(min=1, max=64, help="uvicorn workers of each service (try the number of cores).")
-    ] = 2,
-    baseline_workers: Annotated[
-        int, typer.Option(min=0, help="Also measure this worker count as the baseline (0: none).")
-    ] = 1,
-    database: Annotated[
-        list[str] | None,
-        typer.Option(help="sqlite and/or postgresql (repeat the option). Default: both."),
-    ] = None,
-    postgres_url: Annotated[
-        str | None,
-        typer.Option(
-            help="SQLAlchemy URL of a PostgreSQL database to create throwaway schemas in. "
-            "Default: env POBO_BENCH_POSTGRES_URL, else POBO_TEST_DATABASE_URL."
-        ),
-    ] = None,
-    n: Annotated[int, typer.Option(min=10, help="Rows of the synthetic release.")] = 10_000,
-    seed: Annotated[int, typer.Option(help="Benchmark seed (synthetic data, initial rows).")] = 0,
-) -> None:
-    """Concurrent studies x iterations against both services under uvicorn workers: throughput,
-    p50/p99 latency, errors, peak RSS; every study reconciled afterwards. Exit 1 on any error."""
-    from shared.bench.load import LoadBenchError, LoadConfig, default_postgres_url
-    from shared.bench.load import main as run
-
-    chosen = database or ["sqlite", "postgresql"]
-    unknown = sorted(set(chosen) - {"sqlite", "postgresql"})
-    if unknown:
-        raise typer.BadParameter(
-            f"unknown database {unknown}: use sqlite and/or postgresql", param_hint="--database"
-        )
-    url = postgres_url or default_postgres_url()
-    if database and "postgresql" in database and not url:
-        raise typer.BadParameter(
-            "PostgreSQL needs a database to create throwaway schemas in: pass --postgres-url "
-            "postgresql+psycopg://user@host:5432/db (or set POBO_BENCH_POSTGRES_URL)",
-            param_hint="--postgres-url",
-        )
-    config = LoadConfig(
-        databases=chosen,  # type: ignore[arg-type]
-        postgres_url=url,
-        workers=workers,
-        baseline_workers=baseline_workers or None,
-        studies=studies,
-        iterations=iterations,
-        n=n,
-        seed=seed,
-    )
-    try:
-        report = run(config, json_path=json_path)
-    except LoadBenchError as exc:
-        typer.echo(f"pobo bench load: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if not report["ok"]:
-        raise typer.Exit(1)
 
 
 @audit_app.command("privacy")

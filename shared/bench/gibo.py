@@ -1,9 +1,8 @@
 """``pobo bench gibo``: the DP-GIBO paper's Section 4 examples, end to end through ``shared.bo.gibo``.
 
 Paper: "Scalable Differentially Private Bayesian Optimization" (DP-GIBO), Algorithm 1 (fixed batch b),
-Lemma 3.1 (mu-GDP: noise std 2 B sqrt(T) / (n mu) per step), Remark 4.1 (AdaGrad), Section 4 and Appendix C.
-Every DP-GIBO run is ``shared.bo.gibo.loop.run_dp_gibo``; the problems and baselines are in
-``shared.bench.gibo_problems``. Examples (``EXAMPLES``):
+Lemma 3.1 (noise 2 B sqrt(T) / (n mu)), Remark 4.1 (AdaGrad), Section 4, App. C. DP-GIBO runs are
+``run_dp_gibo``; problems and baselines: ``gibo_problems``. Examples (``EXAMPLES``):
 
 * ``normal-location`` (Section 4.1, Fig. 1, App. C.1): x_i ~ N(1, I_5), n = 50, polynomial kernel (x.y + 1)^2,
   B = 1, b = 3, T = 150, theta0 = 0, gradient descent (learning rate not given in the paper: 0.5). Methods:
@@ -13,8 +12,7 @@ Every DP-GIBO run is ``shared.bo.gibo.loop.run_dp_gibo``; the problems and basel
   and Fig. 1 (bottom)'s norms per step --
   ``bias`` = ||clean clipped surrogate average - grad f_x(theta_t)||, its part from the surrogate alone
   ``surrogate_bias`` = ||clean clipped surrogate average - (1/n) sum_i Pi_B(theta_t - x_i)||, and ``noise`` =
-  ||released - clean||. They are recomputed after the run from its design and thetas
-  (``private_gradient_diagnostics`` on the same W and L as the loop: deterministic, so identical).
+  ||released - clean||, recomputed after the run (``private_gradient_diagnostics``, same W and L).
 * ``huber-regression`` (Section 4.2, Fig. 2, App. C.2): d = 4, n = 100, B = 1, b = 2, T = 100, theta0 = 0,
   mu = 1, RBF kernel (length-scale not given: 1), gradient descent (learning rate not given: 0.5) for both
   ``dp-gibo`` and ``noisy-gd`` (DP-GD on the exact per-user gradients, same clip, mu, T and step size).

@@ -12,10 +12,10 @@ import pytest
 
 from shared.processes import ServiceProcess
 from shared.reconcile import reconcile
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 
 def _until(http: httpx.Client, study_id: str, predicate: Any, timeout: float = 60.0) -> dict[str, Any]:

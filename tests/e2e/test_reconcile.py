@@ -10,10 +10,10 @@ from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from shared.cli import app
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body, wait_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 
 def _curator_engine(services: Services) -> Any:

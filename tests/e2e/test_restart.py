@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Services
+from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_two_party import setup_release, study_body, wait_status
 
 pytestmark = pytest.mark.slow
@@ -73,6 +73,7 @@ def test_sigkill_mid_run_then_resume(services: Services) -> None:
     assert len(keys) == len(set(keys))
 
 
+@SQLITE_ONLY  # the PostgreSQL path of a resume: test_sigkill_mid_run_then_resume
 def test_sigterm_mid_run_stops_cleanly_and_resumes(services: Services) -> None:
     _, release, partner = setup_release(services, max_queries=SIGTERM_ITERATIONS)
     with services.modeler_http() as http:
@@ -90,6 +91,7 @@ def test_sigterm_mid_run_stops_cleanly_and_resumes(services: Services) -> None:
         assert len(admin.list_queries(release.id).queries) == SIGTERM_ITERATIONS
 
 
+@SQLITE_ONLY
 def test_resume_on_start_runs_each_study_once(services: Services) -> None:
     """Killed mid-run with two studies running; restarted with RESUME_ON_START: each study is resumed by
     exactly one runner (of two workers, one claims it) and finishes with one charge per iteration."""

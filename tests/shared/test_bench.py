@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import numpy as np
 import pytest
@@ -85,20 +84,16 @@ def test_cli_bench_perf_small(tmp_path):
 @pytest.mark.slow
 def test_cli_bench_load_smoke(tmp_path):
     """A short `pobo bench load` (the full 20 x 50 run is a benchmark, not a test): both services under
-    uvicorn with 2 workers and as single processes, on SQLite and, when configured, PostgreSQL."""
+    uvicorn with 2 workers and as single processes, on SQLite (the PostgreSQL paths it drives are the
+    services', tested on PostgreSQL elsewhere; running them here too doubled this test's time)."""
     out = tmp_path / "load.json"
     args = ["bench", "load", "--studies", "3", "--iterations", "4", "--workers", "2", "--n", "300"]
     args += ["--json", str(out), "--database", "sqlite"]
-    if os.environ.get("POBO_TEST_DATABASE_URL"):
-        args += ["--database", "postgresql"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["ok"] is True
-    expected = {(db, w) for db in ("sqlite", "postgresql") for w in (1, 2)}
-    if not os.environ.get("POBO_TEST_DATABASE_URL"):
-        expected = {(db, w) for db, w in expected if db == "sqlite"}
-    assert {(r["database"], r["workers"]) for r in report["results"]} == expected
+    assert {(r["database"], r["workers"]) for r in report["results"]} == {("sqlite", 1), ("sqlite", 2)}
     for r in report["results"]:
         assert r["errors"] == 0 and r["iterations_completed"] == 12
         checks = r["checks"]
