@@ -45,6 +45,7 @@ from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset
 from curator_service.services.releases import fits, large_delta
 from curator_service.storage import ArrayStore
+from shared.bo.gibo.kernels import GradKernel
 from shared.bo.gibo.losses import check_row_independent
 from shared.bo.gibo.oracle import (
     BUILTIN_LOSSES,
@@ -333,15 +334,16 @@ def _replay(existing: GradientStep, digest: str, oracle_id: int) -> GradientStep
     return existing
 
 
-def _validate(oracle: GradientOracle, body: GradientStepCreate) -> None:
-    """Every non-data input, checked before a row is read (422 on failure)."""
-    kernel_from_spec(body.kernel.spec())
+def _validate(oracle: GradientOracle, body: GradientStepCreate) -> GradKernel:
+    """Every non-data input, checked before a row is read (422 on failure); returns the step's kernel."""
+    kernel = kernel_from_spec(body.kernel.spec())
     if len(body.theta) != oracle.dimension:
         raise InvalidInput(f"theta must have {oracle.dimension} entries (the oracle's dimension)")
     if any(len(p) != oracle.dimension for p in body.points):
         raise InvalidInput(f"every point must have {oracle.dimension} entries (the oracle's dimension)")
     points = body.points or [body.theta]  # checks theta alone when no point is new
     check_step(body.theta, points, oracle.bounds)
+    return kernel
 
 
 def step(
@@ -362,10 +364,9 @@ def step(
             existing = grepo.step_by_key(session, oracle_id, principal.partner_id, idempotency_key)
             if existing is not None:
                 return _replay(existing, digest, oracle_id), oracle.steps - existing.step, True
-        _validate(oracle, body)
+        kernel = _validate(oracle, body)
         dataset = get_dataset(session, oracle.dataset_id)
         loss_matrix, width = loss_matrix_of(oracle, store, dataset, plugins)
-        kernel = kernel_from_spec(body.kernel.spec())
     with db.session(write=True) as session:
         locked = grepo.lock_oracle(session, oracle_id)  # steps of one oracle run one at a time
         assert locked is not None
