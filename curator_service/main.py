@@ -30,6 +30,7 @@ from curator_service.api.routes import (
     releases,
 )
 from curator_service.config import Settings
+from curator_service.console import build_console
 from curator_service.db import Database
 from curator_service.exceptions import CuratorError
 from curator_service.models import AccessLog
@@ -305,6 +306,8 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     )
     for module in (health, datasets, populations, releases, gradients, partners, queries, access_log):
         app.include_router(module.router)
+    if settings.console:  # the privacy officer's browser console (admin only)
+        build_console(settings, admin_token.get_secret_value()).install(app)
     app.add_middleware(UploadGuard, components=components)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])
     app.add_middleware(AccessLogMiddleware, db=db)

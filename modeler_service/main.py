@@ -20,6 +20,7 @@ from modeler_service import service
 from modeler_service.api.deps import Components, TokenDep
 from modeler_service.api.routes import federations, health, strategies, studies
 from modeler_service.config import Settings
+from modeler_service.console import build_console
 from modeler_service.context import ClientFactory, Context, default_client_factory
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import ModelerError
@@ -208,6 +209,8 @@ def create_app(
             503: {"description": "The database is unavailable; retry after Retry-After seconds."},
         },
     )
+    if settings.console:  # the modeler team's browser console
+        build_console(settings, token.get_secret_value()).install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
     add_access_guards(
         app,

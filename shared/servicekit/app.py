@@ -1,18 +1,37 @@
 """The outer layers both services put around their FastAPI app: CORS (closed unless origins are named)
-and the failed-token throttle (``asgi_guards.AuthThrottle``), added last so that they run first."""
+and the failed-token throttle (``asgi_guards.AuthThrottle``), added last so that they run first. The
+throttle's failure log is kept on ``app.state.auth_failures`` for the console's sign-in form."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from shared.servicekit.asgi_guards import AuthThrottle, is_token
+from shared.servicekit.asgi_guards import AuthThrottle, FailureLog, failure_log, is_token
 from shared.servicekit.serving import THROTTLE_FILE
 from shared.servicekit.settings import ServiceSettings
 
-__all__ = ["add_access_guards"]
+__all__ = ["AuthFailures", "add_access_guards"]
+
+
+@dataclass(frozen=True)
+class AuthFailures:
+    """The service's failed-token log (the API's throttle), for sign-in paths that carry the token in a body
+    (the console's sign-in form): they consult and add to the same count as the API."""
+
+    log: FailureLog
+    clock: Callable[[], float]
+    max_failures: int
+
+    def locked_for(self, client: str) -> float:
+        return 0.0 if self.max_failures <= 0 else self.log.locked_for(client, self.clock())
+
+    def record(self, client: str) -> None:
+        if self.max_failures > 0:
+            self.log.record(client, self.clock())
 
 
 def add_access_guards(
@@ -37,10 +56,17 @@ def add_access_guards(
             allow_methods=list(cors_methods),
             allow_headers=list(cors_headers),
         )
+    failures, clock = failure_log(
+        max_failures=settings.auth_max_failures,
+        window_seconds=settings.auth_window_seconds,
+        shared_file=settings.data_dir / THROTTLE_FILE if worker else None,
+    )
+    app.state.auth_failures = AuthFailures(failures, clock, settings.auth_max_failures)  # the console's too
     app.add_middleware(
         AuthThrottle,
         max_failures=settings.auth_max_failures,
         window_seconds=settings.auth_window_seconds,
-        shared_file=settings.data_dir / THROTTLE_FILE if worker else None,
         exempt=is_token(operator_token),
+        failures=failures,
+        clock=clock,
     )

@@ -38,7 +38,15 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["AuthThrottle", "BodyLimit", "FailureLog", "MemoryFailureLog", "SharedFailureLog", "is_token"]
+__all__ = [
+    "AuthThrottle",
+    "BodyLimit",
+    "FailureLog",
+    "MemoryFailureLog",
+    "SharedFailureLog",
+    "failure_log",
+    "is_token",
+]
 
 logger = logging.getLogger("pobo.guards")
 
@@ -218,6 +226,17 @@ class SharedFailureLog:
             self._give_up(exc)
 
 
+def failure_log(
+    *, max_failures: int, window_seconds: float, shared_file: Path | None
+) -> tuple[FailureLog, Callable[[], float]]:
+    """The failed-token log of a service and the clock it counts with: the SQLite file its workers share
+    (wall clock) or this process's memory (monotonic clock)."""
+    if shared_file is not None:
+        log = SharedFailureLog(shared_file, max_failures=max_failures, window_seconds=window_seconds)
+        return log, time.time
+    return MemoryFailureLog(max_failures=max_failures, window_seconds=window_seconds), time.monotonic
+
+
 def is_token(secret: str) -> Callable[[str], bool]:
     """A constant-time test "is this the operator token?" (sha256 digests compared, the secret not kept)."""
     expected = hashlib.sha256(secret.encode("utf-8")).digest()
@@ -240,8 +259,9 @@ class AuthThrottle:
     """429 for a client after ``max_failures`` 401 answers within ``window_seconds`` (see module doc).
 
     ``shared_file``: count in that SQLite file, shared by the service's worker processes (wall clock);
-    otherwise in memory (``clock``, monotonic by default). ``exempt(token)`` is true for the operator
-    token, which is served even while its address is locked.
+    otherwise in memory (``clock``, monotonic by default). ``failures``: count in this log instead (made by
+    :func:`failure_log`, so that the console's sign-in form counts in the same one). ``exempt(token)`` is
+    true for the operator token, which is served even while its address is locked.
     """
 
     def __init__(
@@ -253,12 +273,16 @@ class AuthThrottle:
         clock: Callable[[], float] | None = None,
         shared_file: Path | None = None,
         exempt: Callable[[str], bool] | None = None,
+        failures: FailureLog | None = None,
     ) -> None:
         self.app = app
         self.max_failures = max_failures
         self.exempt = exempt
         self.failures: FailureLog
-        if shared_file is not None:
+        if failures is not None:  # a log the caller shares with other sign-in paths (the console's)
+            self.clock = clock or (time.time if shared_file is not None else time.monotonic)
+            self.failures = failures
+        elif shared_file is not None:
             self.clock = clock or time.time
             self.failures = SharedFailureLog(
                 shared_file, max_failures=max_failures, window_seconds=window_seconds

@@ -89,6 +89,17 @@ class ServiceSettings(BaseSettings):
         description="Browser origins allowed to call the API (CORS). Empty (default): no CORS headers at "
         "all, so no web page on another origin can call the service from a browser.",
     )
+    console: bool = Field(
+        default=True,
+        description="Serve the browser console at /console (signed in with the service's operator token). "
+        "false: no console routes at all (404).",
+    )
+    console_session_minutes: int = Field(
+        default=480,
+        ge=1,
+        le=7 * 24 * 60,
+        description="Lifetime of a console sign-in (minutes); the browser must sign in again after it.",
+    )
     tls_certfile: Path | None = Field(
         default=None, description="PEM certificate (chain) to serve HTTPS; needs tls_keyfile too."
     )
