@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# `make demo ARGS=--keep-running` keeps both services and their browser consoles up until Ctrl-C.
 demo: $(STAMP)
-	$(BIN)/pobo demo
+	$(BIN)/pobo demo $(ARGS)
 
 # One BLAS thread per process: the suite runs many small linear-algebra calls beside live servers on a
 # 2-core machine, where OpenBLAS's spinning threads slow it down several-fold.

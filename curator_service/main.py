@@ -31,6 +31,8 @@ from curator_service.api.routes import (
 )
 from curator_service.config import Settings
 from curator_service.console import build_console
+from curator_service.console.upload_limit import UPLOAD_PATH as CONSOLE_UPLOAD_PATH
+from curator_service.console.upload_limit import ConsoleUploadLimit
 from curator_service.db import Database
 from curator_service.exceptions import CuratorError
 from curator_service.models import AccessLog
@@ -308,8 +310,16 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         app.include_router(module.router)
     if settings.console:  # the privacy officer's browser console (admin only)
         build_console(settings, admin_token.get_secret_value()).install(app)
+        # its CSV upload obeys the upload limit (an HTML 413 page), not the JSON body limit (exempt below)
+        app.add_middleware(
+            ConsoleUploadLimit,
+            max_bytes=settings.max_upload_bytes + UPLOAD_SLACK_BYTES,
+            max_upload_bytes=settings.max_upload_bytes,
+        )
     app.add_middleware(UploadGuard, components=components)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets"])
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets", CONSOLE_UPLOAD_PATH]
+    )
     app.add_middleware(AccessLogMiddleware, db=db)
     add_access_guards(
         app,

@@ -151,7 +151,7 @@ def create_app(
             for study_id in recovered.study_ids:
                 with transaction(db) as session:
                     study = service.get_study(session, study_id)
-                    target = study.run_target or study.iterations_total
+                    target = study.iterations_total if study.run_target is None else study.run_target
                     # Only if untouched since the recovery: a study run or stepped since then is not ours.
                     claimed = study.iterations_done < study.iterations_total and repo.claim_study(
                         session,

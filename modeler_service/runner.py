@@ -265,7 +265,8 @@ class RunnerRegistry:
                     study = service.get_study(session, study_id)
                 if study.status not in repo.ACTIVE_STATUSES:
                     return
-                target = min(study.run_target or study.iterations_total, study.iterations_total)
+                target = study.iterations_total if study.run_target is None else study.run_target
+                target = min(target, study.iterations_total)
                 if study.iterations_done >= target and study.pending_round is None:
                     with transaction(ctx.db) as session:
                         service.settle(session, study_id)

@@ -139,6 +139,15 @@ The privacy model (what is protected, the units, the budget) is described in [pr
 Each service serves its own interactive documentation at `/docs` (Swagger UI) and `/redoc` (ReDoc), and
 the machine-readable document at `/openapi.json`. They work without internet access. The reference below
 is generated from those same documents.
+
+## Browser console
+
+Each service also serves a browser console at `/console` (HTML pages, not part of the API's OpenAPI
+document): the curator's for its administrator, the modeler's for the modeler's team. It signs in with the
+service's operator token only (the curator's admin token, the modeler's token; partner and agent tokens are
+refused), into a signed HttpOnly, SameSite=Strict session cookie; failed sign-ins count against the same
+throttle as failed API tokens. `POBO_CURATOR_CONSOLE=false` / `POBO_MODELER_CONSOLE=false` turn it off.
+The pages, and how they are protected, are described in [console.md](console.md).
 """
 
 

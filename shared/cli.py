@@ -237,11 +237,15 @@ def demo(
         "pobo-demo-output"
     ),
     iterations: Annotated[int, typer.Option(min=1, help="GP-UCB iterations.")] = 50,
+    keep_running: Annotated[
+        bool,
+        typer.Option(help="Keep both services and their browser consoles up after the study, until Ctrl-C."),
+    ] = False,
 ) -> None:
     """Run the whole two-party loop locally: both services, a release, a partner, a study."""
     from shared.demo import run_demo
 
-    run_demo(output=output, iterations=iterations)
+    run_demo(output=output, iterations=iterations, keep_running=keep_running)
 
 
 @agent_app.command("run")

@@ -23,6 +23,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +102,18 @@ def _read_demo_csv(path: Path) -> tuple[list[str], npt.NDArray[np.float64]]:
     return [r["patient"] for r in rows], np.array([float(r[OUTCOME]) for r in rows])
 
 
-def run_demo(output: Path = Path("pobo-demo-output"), iterations: int = 50) -> dict[str, Any]:
-    """Run the demo end to end (see the module docstring); returns the numbers it printed."""
+def run_demo(
+    output: Path = Path("pobo-demo-output"),
+    iterations: int = 50,
+    *,
+    keep_running: bool = False,
+    wait_forever: Callable[[dict[str, str]], None] | None = None,
+) -> dict[str, Any]:
+    """Run the demo end to end (see the module docstring); returns the numbers it printed.
+
+    ``keep_running``: after the study, keep both services (and their consoles) up until Ctrl-C
+    (``wait_forever({"curator": url, "modeler": url})``, by default a sleep loop ended by KeyboardInterrupt).
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -138,6 +149,7 @@ def run_demo(output: Path = Path("pobo-demo-output"), iterations: int = 50) -> d
             console.print(
                 f"[bold]curator[/] {curator.url}   [bold]modeler[/] {modeler.url}   (data in {tmp})"
             )
+            _print_consoles(console, curator.url, modeler.url, admin_token, modeler_token)
             result = _demo_flow(
                 console,
                 curator.url,
@@ -153,6 +165,13 @@ def run_demo(output: Path = Path("pobo-demo-output"), iterations: int = 50) -> d
                 outcome=outcome,
                 progress_cls=(Progress, TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn),
             )
+            if keep_running:
+                _print_consoles(console, curator.url, modeler.url, admin_token, modeler_token)
+                console.print("[bold]both services keep running[/]: press Ctrl-C to stop them")
+                try:
+                    (wait_forever or _sleep_forever)({"curator": curator.url, "modeler": modeler.url})
+                except KeyboardInterrupt:
+                    console.print("stopping ...")
         except Exception:
             console.print("[red]the demo failed[/]; curator log:\n" + curator.log_tail())
             console.print("modeler log:\n" + modeler.log_tail())
@@ -197,6 +216,21 @@ def run_demo(output: Path = Path("pobo-demo-output"), iterations: int = 50) -> d
     table.add_row("services stopped cleanly", "yes" if result["clean_shutdown"] else "[red]no (killed)[/]")
     console.print(table)
     return result
+
+
+def _print_consoles(console: Any, curator_url: str, modeler_url: str, admin: str, modeler: str) -> None:
+    """The two browser consoles and the tokens that sign in to them (this demo's throwaway tokens)."""
+    console.print(
+        f"[bold]curator console[/] (privacy officer)  {curator_url}/console   sign in with the admin token "
+        f"[cyan]{admin}[/]\n"
+        f"[bold]modeler console[/] (studies)          {modeler_url}/console   sign in with the token "
+        f"[cyan]{modeler}[/]"
+    )
+
+
+def _sleep_forever(_: dict[str, str]) -> None:
+    while True:
+        time.sleep(3600)
 
 
 def _demo_flow(

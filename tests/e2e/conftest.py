@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, text
 
 from shared.processes import ServiceProcess, free_port, modeler_env, service_pair
 from shared.protocol.client import CuratorClient
+from tests.e2e.browser import browser  # noqa: F401  (the console tests' headless Chromium, a fixture)
 
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import combinations
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -28,7 +29,15 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     from OS entropy (no seed reaches a release), so whether this one run beats random is not asserted here
     (issue 12, item 11: that made this test flaky); ``test_the_demo_pipeline_beats_random`` asserts it on
     the same data and pipeline with fixed seeds."""
-    result = run_demo(output=tmp_path / "out", iterations=30)
+    seen: dict[str, int] = {}
+
+    def consoles_are_up(urls: dict[str, str]) -> None:  # `--keep-running`: the services wait for Ctrl-C
+        for name, url in urls.items():
+            seen[name] = httpx.get(f"{url}/console/sign-in", timeout=10).status_code
+        raise KeyboardInterrupt
+
+    result = run_demo(output=tmp_path / "out", iterations=30, keep_running=True, wait_forever=consoles_are_up)
+    assert seen == {"curator": 200, "modeler": 200}
     assert result["iterations"] == 30
     assert result["audit_ok"] and result["reconciled"]
     assert 0 <= result["regret"] <= result["true_best_y"] - min(result["outcomes_seen"])

@@ -12,9 +12,6 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from modeler_service import results, service
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
-from modeler_service.context import NotClaimed
-from modeler_service.db import transaction
-from modeler_service.exceptions import ModelerError
 from modeler_service.schemas import (
     AuditLog,
     AuditVerification,
@@ -74,19 +71,7 @@ def step(study_id: str, components: ComponentsDep) -> StepResult:
     ``status: "pending"`` and ``y: null``; the study becomes ``awaiting_measurement`` and records the value
     by itself when the curator's operator posts it.
     """
-    ctx = components.ctx
-    try:
-        result = components.stepper.step(study_id, wait=False, claim=True, settle_at=0)
-    except NotClaimed:
-        raise  # someone else owns the study (or it is done): leave its status alone
-    except BaseException:
-        with transaction(ctx.db) as session:
-            service.release_after_failed_step(session, study_id)
-        raise
-    assert result is not None
-    if result.status == "pending":
-        components.runners.start(study_id)  # waits for the measurement in the background
-    return result
+    return service.step_now(components.ctx, components.stepper, components.runners, study_id)
 
 
 @router.post(
@@ -104,16 +89,26 @@ def run(
 
     Progress is in ``GET /v1/studies/{id}``. A second ``run`` while one is running is a 409.
     """
-    ctx = components.ctx
-    with transaction(ctx.db) as session:
-        accepted = service.prepare_run(session, study_id, body.iterations if body else None)
-    try:
-        components.runners.start(study_id)
-    except ModelerError:
-        with transaction(ctx.db) as session:
-            service.release_after_failed_step(session, study_id)
-        raise
-    return accepted
+    return service.start_run(components.ctx, components.runners, study_id, body.iterations if body else None)
+
+
+@router.post(
+    "/{study_id}/stop",
+    summary="Stop a running study after the round in flight",
+    responses={
+        404: {"description": "No such study"},
+        409: {"description": "The study is not running (ready, done or failed)"},
+    },
+)
+def stop(study_id: str, session: SessionDep) -> StudyPublic:
+    """Asks the study's background run to stop after the round in flight: its ``run_target`` becomes
+    ``iterations_done`` (the runner checks it before every round, in whichever worker runs it), so the
+    answer still says ``running`` and the study becomes ``ready`` (``done`` if that round used the budget)
+    once the round is recorded; ``run`` resumes it later. A study ``awaiting_measurement`` stops once that
+    round's measurements arrive from the curator; one ``waiting_for_curator`` after its retried round.
+    A study that is not running (``ready``, ``done``, ``failed``) is a 409.
+    """
+    return service.to_public(service.stop_run(session, study_id))
 
 
 @router.get(

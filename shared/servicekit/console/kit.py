@@ -15,7 +15,7 @@ Content-Security-Policy can forbid everything else. What a page needs from the s
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
@@ -38,7 +38,11 @@ log = logging.getLogger("pobo.console")
 KIT_DIR = Path(__file__).parent
 STATIC_DIR = KIT_DIR / "static"
 #: Every asset the console loads (served from the package: no CDN, works air-gapped).
-STATIC_FILES = {"console.css": "text/css", "htmx.min.js": "text/javascript"}
+STATIC_FILES = {
+    "console.css": "text/css",
+    "htmx.min.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -62,8 +66,8 @@ class _SignInRequired(Exception):
 
 class ConsoleHeaders:
     """Plain-ASGI: the console's security headers on every response under ``/console`` (pages, assets,
-    redirects, errors): the CSP, no framing, no sniffing, no referrer, and ``no-store`` for all but the
-    static assets."""
+    redirects, errors): the CSP, no framing, no sniffing, a referrer only to itself, and ``no-store`` for
+    all but the static assets."""
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
@@ -82,7 +86,7 @@ class ConsoleHeaders:
                     (b"content-security-policy", CSP.encode()),
                     (b"x-frame-options", b"DENY"),
                     (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
+                    (b"referrer-policy", b"same-origin"),
                     (b"cross-origin-opener-policy", b"same-origin"),
                     (b"cross-origin-resource-policy", b"same-origin"),
                     (b"cache-control", b"private, max-age=3600" if static else b"no-store"),
@@ -96,7 +100,7 @@ class ConsoleHeaders:
 class _ConsoleRoute(APIRoute):
     """A console route: service errors, refusals and invalid input become HTML pages, not JSON."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
@@ -241,6 +245,7 @@ class Console:
     def check_origin(self, request: Request) -> None:
         """A state-changing request must come from this console: refuse a cross-site ``Sec-Fetch-Site`` and
         an ``Origin`` other than the service's own (browsers send both on form posts)."""
+        # (the pages' Referrer-Policy is same-origin, so the browser sends the real Origin, never "null")
         if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
             raise ConsoleRefusal(403, "cross-site form posts are refused: use the console's own pages")
         origin = request.headers.get("origin")

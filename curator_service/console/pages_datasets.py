@@ -1,0 +1,196 @@
+"""Datasets: the list and the CSV upload, one dataset's page (what it protects, the privacy report, its
+budget), its budget charts, and the form that makes a release of it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.datastructures import UploadFile
+
+from curator_service.console.common import (
+    ADMIN,
+    RowId,
+    components,
+    db_session,
+    integer,
+    number,
+    text,
+    validated,
+)
+from curator_service.services import datasets as dataset_service
+from curator_service.services import gradients as gradient_service
+from curator_service.services import populations as population_service
+from curator_service.services import privacy as privacy_service
+from curator_service.services import releases as release_service
+from shared.protocol.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN, LedgerPublic, ReleaseCreate
+from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
+from shared.servicekit.console.charts import SVG_MEDIA_TYPE, Bar, budget_chart
+
+#: The privacy report's defaults on the dataset page (the form above the report changes them).
+DEFAULT_EPSILON = 1.0
+DEFAULT_R_MAX = 30
+
+
+def default_delta(n: int) -> float:
+    """1e-5, or smaller for a dataset of more than 10^4 rows (delta must stay well below 1/n)."""
+    return min(1e-5, 0.1 / max(n, 1))
+
+
+def budget_bars(ledger: LedgerPublic) -> list[Bar]:
+    """Spent and left of the population's budget, as shares of it: epsilon of the releases, of the gradient
+    oracles (when the ledger has some), all of epsilon, and delta."""
+    eps_total = ledger.epsilon_budget or 1.0
+    delta_total = ledger.delta_budget or 1.0
+    releases = sum(e.epsilon for e in ledger.entries if e.gradient_oracle_id is None)
+    oracles = sum(e.epsilon for e in ledger.entries if e.gradient_oracle_id is not None)
+    bars = [Bar(f"epsilon, releases ({releases:.3g} of {eps_total:.3g})", releases / eps_total, 1.0)]
+    if any(e.gradient_oracle_id is not None for e in ledger.entries):
+        bars.append(Bar(f"epsilon, gradient oracles ({oracles:.3g})", oracles / eps_total, 1.0))
+    bars.append(
+        Bar(
+            f"epsilon, all ({ledger.epsilon_spent:.3g} of {eps_total:.3g})",
+            ledger.epsilon_spent / eps_total,
+            1.0,
+        )
+    )
+    bars.append(
+        Bar(f"delta ({ledger.delta_spent:.3g} of {delta_total:.3g})", ledger.delta_spent / delta_total, 1.0)
+    )
+    return bars
+
+
+def register(console: Console) -> None:
+    router = console.router
+
+    @router.get("/datasets")
+    def datasets(request: Request, session: SignedIn) -> HTMLResponse:
+        with db_session(request) as s:
+            data = dataset_service.views(s, dataset_service.list_datasets(s))
+        limit = components(request).settings.max_upload_bytes
+        return console.render(
+            request, "datasets.html", {"datasets": data, "max_upload_bytes": limit}, session=session
+        )
+
+    @router.post("/datasets")
+    def upload(request: Request, form: FormPost) -> Response:
+        c = components(request)
+        file = form.get("file")
+        if not isinstance(file, UploadFile) or not file.filename:
+            raise ConsoleRefusal(422, "choose a CSV file to upload (the form field `file`)")
+        name = text(form, "name")
+        if name is None:
+            raise ConsoleRefusal(422, "name: give the dataset a name")
+        if len(name) > 200:
+            raise ConsoleRefusal(422, "name: at most 200 characters")
+        mode = text(form, "objective_mode")
+        if mode not in (None, "column", "manual"):
+            raise ConsoleRefusal(422, f'objective_mode must be "column" or "manual", got {mode!r}')
+        upload = dataset_service.DatasetUpload(
+            name=name,
+            features=text(form, "features"),
+            objective=text(form, "objective"),
+            objective_mode=mode,
+            noise_std=number(form, "noise_std", default=0.0) or 0.0,
+            scaling=text(form, "scaling") or "none",
+            epsilon_budget=number(form, "epsilon_budget"),
+            delta_budget=number(form, "delta_budget"),
+            population=text(form, "population"),
+        )
+        with db_session(request, write=True) as s:
+            dataset = dataset_service.create_dataset(
+                s,
+                c.store,
+                upload,
+                file.file,
+                size=file.size,
+                max_upload_bytes=c.settings.max_upload_bytes,
+                max_features=c.settings.max_features,
+                parse_workers=c.settings.csv_parse_workers,
+            )
+            s.flush()
+            dataset_id = dataset.id
+        return RedirectResponse(f"/console/datasets/{dataset_id}", status_code=303)
+
+    @router.get("/datasets/{dataset_id}")
+    def dataset(
+        request: Request,
+        dataset_id: RowId,
+        session: SignedIn,
+        epsilon: Annotated[float | None, Query(ge=EPSILON_MIN, le=EPSILON_MAX)] = None,
+        delta: Annotated[float | None, Query(ge=DELTA_MIN, lt=1)] = None,
+        r_max: Annotated[int, Query(ge=1, le=10_000)] = DEFAULT_R_MAX,
+    ) -> HTMLResponse:
+        c = components(request)
+        with db_session(request) as s:
+            view = dataset_service.view(s, dataset_service.get_dataset(s, dataset_id))
+            ledger = population_service.ledger_public(s, view.population_id)
+            releases = release_service.list_releases(s, ADMIN, dataset_id)
+            oracles = [
+                gradient_service.oracle_public(o) for o in gradient_service.list_oracles(s, ADMIN, dataset_id)
+            ]
+            eps = epsilon if epsilon is not None else DEFAULT_EPSILON
+            dlt = delta if delta is not None else default_delta(view.n)
+            report = privacy_service.privacy_report(
+                s, c.db, c.store, dataset_id, epsilon=eps, delta=dlt, r_max=r_max
+            )
+        context: dict[str, Any] = {
+            "dataset": view,
+            "ledger": ledger,
+            "output": ledger.output,
+            "releases": releases,
+            "oracles": oracles,
+            "report": report,
+            "r_max": r_max,
+        }
+        return console.render(request, "dataset.html", context, session=session)
+
+    @router.get("/datasets/{dataset_id}/budget.svg")
+    def dataset_budget(request: Request, dataset_id: RowId, session: SignedIn) -> Response:
+        with db_session(request) as s:
+            view = dataset_service.view(s, dataset_service.get_dataset(s, dataset_id))
+            ledger = population_service.ledger_public(s, view.population_id)
+        svg = budget_chart(
+            budget_bars(ledger),
+            title=f"budget of population #{view.population_id}: spent and left",
+            unit="share of the population's budget",
+        )
+        return Response(svg, media_type=SVG_MEDIA_TYPE)
+
+    @router.get("/datasets/{dataset_id}/output.svg")
+    def dataset_output(request: Request, dataset_id: RowId, session: SignedIn) -> Response:
+        with db_session(request) as s:
+            view = dataset_service.view(s, dataset_service.get_dataset(s, dataset_id))
+            ledger = population_service.ledger_public(s, view.population_id)
+        bars: list[Bar] = []
+        out = ledger.output
+        if out is not None:
+            if out.largest_person_total is not None:
+                bars.append(Bar("largest person (bound)", out.largest_person_total, 0.0))
+            if out.largest_row_total is not None:
+                bars.append(Bar("largest row", out.largest_row_total, 0.0))
+        svg = budget_chart(bars, title="output epsilon spent on outcomes (no budget: a running total)")
+        return Response(svg, media_type=SVG_MEDIA_TYPE)
+
+    @router.post("/datasets/{dataset_id}/releases")
+    def make_release(request: Request, dataset_id: RowId, form: FormPost) -> Response:
+        c = components(request)
+        data: dict[str, Any] = {
+            "epsilon": number(form, "epsilon", default=None),
+            "delta": number(form, "delta", default=None),
+            "mechanism": text(form, "mechanism") or "gaussian",
+            "acknowledge_no_guarantee": form.get("acknowledge_no_guarantee") is not None,
+            "allow_large_delta": form.get("allow_large_delta") is not None,
+        }
+        r = integer(form, "r")
+        if r is not None:
+            data["r"] = r
+        lift = text(form, "lift")
+        if lift is not None:
+            data["lift"] = lift
+        body = validated(ReleaseCreate, data)
+        release = release_service.create_release(
+            c.db, c.store, dataset_id, body, max_bytes=c.settings.max_release_bytes
+        )
+        return RedirectResponse(f"/console/releases/{release.id}", status_code=303)

@@ -1,0 +1,116 @@
+"""Partners: the list (status, quota, grants), the creation form (its answer shows the token once), revoke,
+and grants of releases and gradient oracles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from curator_service.console.common import (
+    ADMIN,
+    RowId,
+    checked,
+    db_session,
+    ids,
+    integer,
+    number,
+    text,
+    validated,
+)
+from curator_service.schemas import partner_public, release_detail
+from curator_service.services import gradients as gradient_service
+from curator_service.services import partners as partner_service
+from curator_service.services import releases as release_service
+from curator_service.services.outputs import public_of
+from shared.protocol.schemas import GrantCreate, PartnerCreate
+from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
+
+
+def _output_privacy(form: Any) -> dict[str, Any] | None:
+    """The ``output_privacy`` object of ``POST /v1/partners`` from the form's fieldset (None: not asked)."""
+    if not checked(form, "output_privacy"):
+        return None
+    data: dict[str, Any] = {
+        "epsilon": number(form, "op_epsilon", "output epsilon"),
+        "B": number(form, "op_B", "B"),
+        "R": number(form, "op_R", "R"),
+        "fresh_repeats": checked(form, "op_fresh_repeats"),
+        "store_raw": checked(form, "op_store_raw"),
+    }
+    cap = number(form, "op_max_epsilon_per_row", "max epsilon per row")
+    if cap is not None:
+        data["max_epsilon_per_row"] = cap
+    return data
+
+
+def register(console: Console) -> None:
+    router = console.router
+
+    @router.get("/partners")
+    def partners(request: Request, session: SignedIn) -> HTMLResponse:
+        with db_session(request) as s:
+            rows, grants, oracle_grants = partner_service.list_partners(s)
+            data = [partner_public(p, (grants.get(p.id, []), oracle_grants.get(p.id, []))) for p in rows]
+            releases = [release_detail(r) for r in release_service.list_releases(s, ADMIN)]
+            oracles = [gradient_service.oracle_public(o) for o in gradient_service.list_oracles(s, ADMIN)]
+        context = {"partners": data, "releases": releases, "oracles": oracles}
+        return console.render(request, "partners.html", context, session=session)
+
+    @router.post("/partners")
+    def create_partner(request: Request, form: FormPost) -> HTMLResponse:
+        data: dict[str, Any] = {
+            "name": text(form, "name") or "",
+            "max_queries": integer(form, "max_queries", "max queries"),
+            "release_ids": ids(form, "release_ids"),
+            "gradient_oracle_ids": ids(form, "gradient_oracle_ids"),
+        }
+        output = _output_privacy(form)
+        if output is not None:
+            data["output_privacy"] = output
+        body = validated(PartnerCreate, data)
+        with db_session(request, write=True) as s:
+            partner, token = partner_service.create_partner(
+                s,
+                name=body.name,
+                release_ids=body.release_ids,
+                max_queries=body.max_queries,
+                output_privacy=body.output_privacy,
+                gradient_oracle_ids=body.gradient_oracle_ids,
+            )
+            s.flush()
+            created = {
+                "id": partner.id,
+                "name": partner.name,
+                "max_queries": partner.max_queries,
+                "release_ids": sorted(set(body.release_ids)),
+                "gradient_oracle_ids": sorted(set(body.gradient_oracle_ids)),
+                "output_privacy": public_of(partner),
+            }
+        # committed: the token is shown now, in this answer only (the database keeps its hash)
+        return console.render(
+            request, "partner_created.html", {"partner": created, "token": token}, status_code=201
+        )
+
+    @router.post("/partners/{partner_id}/revoke")
+    def revoke(request: Request, partner_id: RowId, form: FormPost) -> Response:
+        with db_session(request, write=True) as s:
+            partner_service.revoke(s, partner_id)
+        return RedirectResponse("/console/partners", status_code=303)
+
+    @router.post("/partners/grants")
+    def grant(request: Request, form: FormPost) -> Response:
+        partner_id = integer(form, "partner_id", "partner")
+        if partner_id is None:
+            raise ConsoleRefusal(422, "choose the partner to grant to")
+        body = validated(
+            GrantCreate,
+            {
+                "release_ids": ids(form, "release_ids"),
+                "gradient_oracle_ids": ids(form, "gradient_oracle_ids"),
+            },
+        )
+        with db_session(request, write=True) as s:
+            partner_service.grant(s, partner_id, body.release_ids, body.gradient_oracle_ids)
+        return RedirectResponse("/console/partners", status_code=303)
