@@ -12,11 +12,14 @@ leaves the two services (any other is recorded and aborted).
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import expect
 
 from tests.e2e.browser import Traffic, new_page, shot, sign_in
 from tests.e2e.conftest import Services, write_csv
@@ -24,6 +27,21 @@ from tests.e2e.conftest import Services, write_csv
 pytestmark = pytest.mark.slow
 
 ITERATIONS = 8
+STUDY_URL = re.compile(r"/console/studies/([0-9a-f]+)(?:\?[^/]*)?$")
+
+
+def _image_drawn(page: Any, selector: str, timeout: float = 15.0) -> bool:
+    """The chart image has loaded and has a size (the page may still be swapping or reloading it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page.wait_for_load_state("load")
+        try:
+            if page.locator(selector).evaluate("img => img.complete && img.naturalWidth > 0"):
+                return True
+        except PlaywrightError:  # (the element went away in a swap or a reload)
+            pass
+        time.sleep(0.2)
+    return False
 
 
 def _upload(page: Any, base: str, csv: Path, name: str, *, objective: str | None) -> int:
@@ -83,7 +101,7 @@ def _curator_half(page: Any, services: Services, tmp: Path, tag: str) -> dict[st
 
     page.goto(f"{base}/console")
     assert page.locator("#budget-chart").is_visible()
-    assert page.evaluate("document.getElementById('budget-chart').naturalWidth") > 0  # the SVG rendered
+    assert _image_drawn(page, "#budget-chart")
     shot(page, f"curator-overview-{tag}")
     return {"token": token, "column_release": column_release, "manual_release": manual_release, "y": y}
 
@@ -98,9 +116,11 @@ def _create_study(
     form.locator("input[name=release_id]").fill(str(release_id))
     form.locator("input[name=iterations]").fill(str(iterations))
     assert form.locator("[name^='param.']").count() >= 1  # the strategy's parameters, from its JSON schema
-    form.locator("button[type=submit]").click()
-    page.wait_for_url(re.compile(r"/console/studies/[0-9a-f-]+$"))
-    return page.url.rsplit("/", 1)[1]
+    page.click("#create-study")
+    page.wait_for_url(STUDY_URL)
+    found = STUDY_URL.search(page.url)
+    assert found is not None
+    return found.group(1)
 
 
 def test_both_consoles_end_to_end(browser: Any, services: Services, tmp_path: Path, request: Any) -> None:
@@ -119,17 +139,13 @@ def test_both_consoles_end_to_end(browser: Any, services: Services, tmp_path: Pa
         modeler, base, services.curator.url, found["token"], found["column_release"], ITERATIONS
     )
     modeler.click("#run-form button[type=submit]")
-    modeler.wait_for_url(re.compile(re.escape(f"/console/studies/{study}") + "$"))
+    modeler.wait_for_url(re.compile(re.escape(f"/console/studies/{study}") + r"(\?[^/]*)?$"))
     # htmx swaps the live section in place until the study is done (no reload by the test)
-    modeler.wait_for_function(
-        "document.getElementById('study-status') && "
-        "document.getElementById('study-status').textContent.trim() === 'done'",
-        timeout=120_000,
-    )
+    expect(modeler.locator("#study-status")).to_have_text("done", timeout=120_000)
     best = float(modeler.inner_text("#best-value").strip())
     assert best in set(np.round(found["y"], 6).tolist()) or min(abs(best - v) for v in found["y"]) < 1e-5
     assert modeler.locator("#audit tbody tr").count() == ITERATIONS
-    modeler.wait_for_function("document.getElementById('best-chart').naturalWidth > 0")
+    assert _image_drawn(modeler, "#best-chart")
     shot(modeler, f"modeler-study-{tag}")
     modeler.click("#audit-verify-link")
     assert "ok" in modeler.inner_text("#audit-verify").lower()
@@ -141,11 +157,7 @@ def test_both_consoles_end_to_end(browser: Any, services: Services, tmp_path: Pa
     # ---- a manual measurement: one step on the manual release, answered from the curator console
     manual = _create_study(modeler, base, services.curator.url, found["token"], found["manual_release"], 1)
     modeler.click("#step-form button[type=submit]")
-    modeler.wait_for_function(
-        "document.getElementById('study-status').textContent.trim() === 'awaiting measurement'",
-        timeout=60_000,
-    )
-    curator = curator  # the officer's browser
+    expect(modeler.locator("#study-status")).to_have_text("awaiting measurement", timeout=60_000)
     curator.goto(f"{services.curator.url}/console/queries")
     rows = curator.locator("#pending-queries tbody tr[id^=query-]")
     assert rows.count() == 1
@@ -154,9 +166,7 @@ def test_both_consoles_end_to_end(browser: Any, services: Services, tmp_path: Pa
     rows.first.locator("button[type=submit]").click()
     curator.wait_for_url(re.compile(r"/console/queries$"))
     assert curator.locator("#pending-queries tbody tr[id^=query-]").count() == 0
-    modeler.wait_for_function(
-        "document.getElementById('study-status').textContent.trim() === 'done'", timeout=60_000
-    )
+    expect(modeler.locator("#study-status")).to_have_text("done", timeout=60_000)
     assert float(modeler.inner_text("#best-value")) == pytest.approx(42.125)
     assert manual != study
 

@@ -92,7 +92,7 @@ def budget_chart(bars: Sequence[Bar], *, title: str, unit: str = "epsilon") -> b
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.set_xlim(0, max(max(b.total, b.spent) for b in bars) * 1.35 or 1.0)
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
     ax.set_title(title, fontsize="medium")
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)
