@@ -203,3 +203,36 @@ def test_the_console_can_be_turned_off(tmp_path: Path) -> None:
     with TestClient(_app(tmp_path, console=False)) as c:
         assert c.get("/console/sign-in").status_code == 404
         assert c.get("/console/static/console.css").status_code == 404
+
+
+def test_under_tls_the_cookie_is_secure_and_host_only(tmp_path: Path) -> None:
+    """With TLS the session cookie is Secure and __Host- prefixed (no Domain, Path=/): the kit alone, in a
+    minimal app, because the real services need a certificate to turn TLS on (tests/e2e/test_tls.py)."""
+    from fastapi import FastAPI
+
+    from shared.servicekit.app import AuthFailures
+    from shared.servicekit.asgi_guards import MemoryFailureLog
+    from shared.servicekit.console import Console
+
+    app = FastAPI()
+    app.state.auth_failures = AuthFailures(
+        MemoryFailureLog(max_failures=3, window_seconds=60), time.monotonic, 3
+    )
+    console = Console(
+        service="modeler",
+        title="modeler",
+        templates=tmp_path,
+        nav=[],
+        operator_token=TOKEN,
+        session_minutes=5,
+        secure=True,
+        who="modeler's API",
+    )
+    console.install(app)
+    with TestClient(app, base_url="https://testserver") as c:
+        r = _sign_in(c)
+        assert r.status_code == 303
+        cookie = r.headers["set-cookie"]
+        assert cookie.startswith("__Host-pobo_modeler_console=")
+        assert "secure" in cookie.lower() and "domain" not in cookie.lower() and "Path=/" in cookie
+        assert "max-age=300" in cookie.lower()
