@@ -72,9 +72,17 @@ def integer(form: FormData, name: str, label: str | None = None, *, default: int
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ConsoleRefusal(422, f"{label or name} must be a whole number, got {raw!r}") from None
+    return _in_range(value, label or name)
+
+
+def _in_range(value: int, name: str) -> int:
+    """Within the 32-bit INTEGER range the databases store (beyond it a driver error, not a 422)."""
+    if not -(2**31) <= value <= 2**31 - 1:
+        raise ConsoleRefusal(422, f"{name} is out of range")
+    return value
 
 
 def ids(form: FormData, name: str) -> list[int]:
@@ -83,9 +91,10 @@ def ids(form: FormData, name: str) -> list[int]:
     for value in form.getlist(name):
         if isinstance(value, str) and value.strip():
             try:
-                out.append(int(value))
+                parsed = int(value)
             except ValueError:
                 raise ConsoleRefusal(422, f"{name}: not an id: {value!r}") from None
+            out.append(_in_range(parsed, name))
     return out
 
 
@@ -101,9 +110,7 @@ def optional_int(value: str | None, name: str) -> int | None:
         parsed = int(value)
     except ValueError:
         raise ConsoleRefusal(422, f"{name} must be a whole number, got {value!r}") from None
-    if not -(2**31) <= parsed <= 2**31 - 1:
-        raise ConsoleRefusal(422, f"{name} is out of range")
-    return parsed
+    return _in_range(parsed, name)
 
 
 def validated(model: type[M], data: dict[str, Any]) -> M:
