@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
-from scipy.optimize import minimize
 
 from shared.errors import InputDataError
 
@@ -323,6 +322,8 @@ def fit_hyperparameters(
         for f in (1.0, 0.25, 4.0)[: max(1, restarts)]
     ]
     best: tuple[float, FloatArray] | None = None
+    from scipy.optimize import minimize  # (imported when first used: a service starts without it)
+
     for x0 in starts:
         x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
         res = minimize(

@@ -30,8 +30,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
-from scipy.stats import qmc
 
 from shared.errors import InputDataError
 from shared.federated.posterior import RFFPosterior
@@ -107,6 +105,8 @@ def maximize_rff(
         raise InputDataError(f"need n_candidates >= 1 and n_starts >= 0, got {n_candidates}, {n_starts}")
 
     m = max(0, math.ceil(math.log2(n_candidates)))
+    from scipy.stats import qmc
+
     sobol = qmc.Sobol(d=rff.d, scramble=True, seed=rng)
     C = regions.lower + sobol.random_base2(m) * (regions.upper - regions.lower)  # [2^m, d]
     reg = regions.region_of(C)
@@ -115,6 +115,8 @@ def maximize_rff(
     order = np.argsort(-values)
     best_x, best_v = C[order[0]].copy(), float(values[order[0]])
     lo, hi = regions.lo, regions.hi
+    from scipy.optimize import minimize  # (scipy.optimize and scipy.stats: imported when first used)
+
     for k in order[:n_starts]:
         i = int(reg[k])
 

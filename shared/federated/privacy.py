@@ -36,25 +36,23 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Literal
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
 
-import dp_accounting
 import numpy as np
 import numpy.typing as npt
-from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.rdp import rdp_privacy_accountant
-from scipy import stats
-from scipy.special import ndtr
 
 from shared.errors import InputDataError
 from shared.federated.coordinator import DEFAULT_A, softmax_weights
 from shared.federated.regions import round_robin
 
+if TYPE_CHECKING:  # dp_accounting and scipy.stats are imported when first used (~1 s a service need not pay)
+    import dp_accounting
+
 FloatArray = npt.NDArray[np.float64]
 Accountant = Literal["pld", "rdp"]
 
-__all__ = [
-    "RDP_ORDERS",
+__all__ = [  # (and RDP_ORDERS, dp-accounting's default orders, computed on first use)
     "RuleComparison",
     "compare_rules",
     "federated_epsilon",
@@ -64,11 +62,22 @@ __all__ = [
     "round_event",
 ]
 
+
 # dp-accounting's default RDP orders (fractional 1.1 .. 10.9, integers to 63, 128 .. 1024). Its series for a
 # fractional order below 2 may fail to converge at the q used here; dp-accounting then drops the order (sound:
 # the minimum over the remaining orders is still an upper bound) and logs a warning per order and call, which
 # the filter below silences (only that message, only on the "absl" logger).
-RDP_ORDERS: tuple[float, ...] = tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+@cache
+def _rdp_orders() -> tuple[float, ...]:
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    return tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+
+
+def __getattr__(name: str) -> Any:  # RDP_ORDERS, computed on first use (PEP 562)
+    if name == "RDP_ORDERS":
+        return _rdp_orders()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _DropNonConvergedOrders(logging.Filter):
@@ -96,16 +105,22 @@ def _args(q: float, z: float, rounds: int, delta: float) -> tuple[float, float, 
 
 def round_event(q: float, z: float, rounds: int) -> dp_accounting.DpEvent:
     """``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), rounds)``: Algorithm 1's rounds."""
+    import dp_accounting
+
     event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
     return dp_accounting.SelfComposedDpEvent(event, rounds)
 
 
 def _epsilon(q: float, z: float, rounds: int, delta: float, accountant: str, relation: object) -> float:
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
     rel = dp_accounting.NeighboringRelation
     if accountant == "pld":
         acc: dp_accounting.PrivacyAccountant = pld_privacy_accountant.PLDAccountant(relation)
     elif accountant == "rdp":
-        acc = rdp_privacy_accountant.RdpAccountant(RDP_ORDERS, relation)
+        acc = rdp_privacy_accountant.RdpAccountant(_rdp_orders(), relation)
     else:
         raise InputDataError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
     assert relation in (rel.REPLACE_SPECIAL, rel.REPLACE_ONE)  # noqa: S101 - internal
@@ -122,6 +137,8 @@ def federated_epsilon(
     PLD (tight up to discretisation, pessimistic) or RDP accountant (an upper bound). 0 for 0 rounds.
     Issue 16 fixes this name and ``shared.accounting.federated_epsilon`` as its import path.
     """
+    import dp_accounting
+
     q, z, rounds, delta = _args(q, z, rounds, delta)
     if rounds == 0:
         return 0.0
@@ -138,6 +155,9 @@ def federated_epsilon_replace_one(
     group-privacy bound through the zero-out world in between, 2 epsilon_0 where epsilon_0 is the RDP
     zero-out epsilon at delta_0 with (1 + e^epsilon_0) delta_0 = delta (found by a few fixed-point steps).
     """
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+
     q, z, rounds, delta = _args(q, z, rounds, delta)
     if rounds == 0:
         return 0.0
@@ -148,7 +168,9 @@ def federated_epsilon_replace_one(
     # f(delta0) = delta / (1 + e^{eps(delta0)}) is increasing and nearly flat, with one fixed point
     # delta*; iterating delta0 <- f(delta0) (1 - 1e-3) from above stops at the first delta0 <= f(delta0),
     # i.e. the first pair with (1 + e^{eps_0}) delta_0 <= delta.
-    acc = rdp_privacy_accountant.RdpAccountant(RDP_ORDERS, dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+    acc = rdp_privacy_accountant.RdpAccountant(
+        _rdp_orders(), dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    )
     acc.compose(round_event(q, z, rounds))
     delta0 = delta / 2.0
     for _ in range(200):
@@ -170,6 +192,8 @@ def _mixture_hockey_stick(q: float, s: float, epsilon: float) -> float:
     P||Q: loss log(1 - q + q e^{s x - s^2/2}) > eps  iff x > x_A = (log((e^eps - 1 + q) / q) + s^2/2) / s;
     Q||P: loss > eps iff x < x_B = (log((e^-eps - 1 + q) / q) + s^2/2) / s (only when e^-eps > 1 - q).
     """
+    from scipy.special import ndtr
+
     e = math.exp(epsilon)
     x_a = (math.log((e - 1.0 + q) / q) + s * s / 2.0) / s
     d_a = (1.0 - q) * ndtr(-x_a) + q * ndtr(s - x_a) - e * ndtr(-x_a)
@@ -208,6 +232,8 @@ def _scale_hockey_stick(dim: int, s1: FloatArray, s2: FloatArray, epsilon: float
     k = (1/s1^2 - 1/s2^2) / 2, L > eps iff ||y||^2 < c (k > 0) or > c (k < 0), so
     delta = F(c / s1^2) - e^eps F(c / s2^2) with F the chi^2_dim CDF (or survival function).
     """
+    from scipy import stats
+
     k = 0.5 * (1.0 / s1**2 - 1.0 / s2**2)
     out = np.zeros_like(k)
     nz = k != 0
@@ -291,6 +317,9 @@ def compare_rules(
     """The issue-16 computation on a landmine-like federation (defaults: N = 29, P = 4, M = 100, q = 0.35,
     z = 1): epsilon claimed by the accountant after one round at ``delta``, then the exact delta of each
     rule at that epsilon (``frozen_round_delta``, ``renormalised_round_delta``)."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
     eps = federated_epsilon(q, z, 1, delta, "pld")
     acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
     acc.compose(round_event(q, z, 1))

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
-from dp_accounting.pld import pld_privacy_accountant
+if TYPE_CHECKING:  # (dp_accounting imports scipy.signal/stats: ~1 s, paid when first used)
+    import dp_accounting
 
 __all__ = ["Charge", "basic_composition", "pld_composition"]
 
@@ -40,6 +40,8 @@ class Charge:
     def event(self) -> dp_accounting.DpEvent | None:
         if not self.native:
             return None
+        import dp_accounting
+
         kind = self.native.get("kind")
         if kind == "gaussian":
             return dp_accounting.GaussianDpEvent(float(self.native["noise_multiplier"]))
@@ -66,6 +68,8 @@ def pld_composition(charges: Sequence[Charge], delta: float) -> float | None:
     target = delta - delta_rest
     if target <= 0:
         return None
+    from dp_accounting.pld import pld_privacy_accountant
+
     accountant = pld_privacy_accountant.PLDAccountant()
     for event in composed:
         accountant.compose(event)

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 
 from shared.errors import InputDataError
 from shared.privacy.params import check_epsilon_delta, check_r
@@ -101,6 +100,8 @@ def _calibrate(epsilon: float, delta: float, d: int) -> GaussianCalibration:
     # z: the smallest sigma with Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s) <= delta (Balle & Wang,
     # Thm. 8), found by dp_accounting's bracketed root search; nudged up by 1e-9 (relative) so that the
     # root finder's tolerance can only ever add noise, never remove it.
+    from dp_accounting.gaussian_mechanism import get_sigma_gaussian  # (imported when first used: ~1 s)
+
     z = get_sigma_gaussian(epsilon, delta) * (1.0 + 1e-9)
     if not (math.isfinite(z) and z > 0):
         raise InputDataError(f"no finite Gaussian noise achieves epsilon={epsilon:g}, delta={delta:g}")
@@ -138,6 +139,8 @@ def epsilon_for_change(calibration: GaussianCalibration, change: float) -> float
     """
     if not (math.isfinite(change) and change > 0):
         raise InputDataError(f"change must be a finite number > 0, got {change!r}")
+    from dp_accounting.gaussian_mechanism import get_epsilon_gaussian
+
     return float(get_epsilon_gaussian(calibration.noise_multiplier / change, calibration.delta))
 
 

@@ -43,12 +43,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-import dp_accounting
 import numpy as np
 import numpy.typing as npt
-from dp_accounting.pld import pld_privacy_accountant
-from scipy.optimize import brentq
-from scipy.special import log_ndtr, ndtri
 
 from shared.errors import InputDataError
 
@@ -91,6 +87,9 @@ def _log_gdp_delta(mu: float, epsilon: float) -> float:
     l1 = log Phi(a) and l2 = epsilon + log Phi(b) (l2 <= l1): log delta = l1 + log(-expm1(l2 - l1)).
     """
     a = -epsilon / mu + mu / 2.0
+    from scipy.special import log_ndtr  # (scipy.special, scipy.optimize and dp_accounting: imported when
+    # first used, so that a service starts without them)
+
     l1 = float(log_ndtr(a))
     l2 = epsilon + float(log_ndtr(a - mu))
     gap = l2 - l1
@@ -124,6 +123,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     log_target = math.log(delta)
     if _log_gdp_delta(mu, 0.0) <= log_target:
         return 0.0
+    from scipy.optimize import brentq
+    from scipy.special import ndtri
+
     hi = mu * (mu / 2.0 - float(ndtri(delta)))
     hi = max(hi, 1e-12)
     while _log_gdp_delta(mu, hi) > log_target:  # not reached in exact arithmetic; guards rounding
@@ -173,6 +175,9 @@ def gdp_epsilon_pld(mu: float, steps: int, delta: float) -> float:
     mu = _number("mu", mu, positive=True)
     steps = _steps(steps)
     delta = _delta_arg(delta)
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(math.sqrt(steps) / mu), steps)
     accountant = pld_privacy_accountant.PLDAccountant()
     accountant.compose(event)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
 
 from shared.bo.gibo.gp import GradientGP
 from shared.bo.gibo.kernels import as_points, as_theta
@@ -129,6 +128,8 @@ def optimize_batch(
 
     best_z: FloatArray | None = None
     best = math.inf
+    from scipy.optimize import minimize  # (imported when first used: a service starts without it)
+
     for _ in range(int(n_restarts)):
         z0 = t[None, :] + init_scale * width[None, :] * rng.standard_normal((b, d))
         z0 = np.clip(z0, bd[:, 0], bd[:, 1])

@@ -6,11 +6,10 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
+if TYPE_CHECKING:  # matplotlib is imported by the first chart drawn (a service starts without it)
+    from matplotlib.figure import Figure
 
 __all__ = ["Bar", "Series", "budget_chart", "line_chart", "SVG_MEDIA_TYPE"]
 
@@ -38,6 +37,12 @@ class Bar:
     total: float
 
 
+def _figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure  # (no pyplot: no global state, no GUI backend)
+
+    return Figure(figsize=(width, height), dpi=100)
+
+
 def _svg(fig: Figure) -> bytes:
     fig.tight_layout()
     out = io.BytesIO()
@@ -49,7 +54,7 @@ def line_chart(
     series: Sequence[Series], *, title: str, xlabel: str, ylabel: str, empty: str = "no data yet"
 ) -> bytes:
     """Lines over a shared x axis (SVG bytes)."""
-    fig = Figure(figsize=(7.2, 3.6), dpi=100)
+    fig = _figure(7.2, 3.6)
     ax = fig.add_subplot()
     drawn = [s for s in series if len(s.x)]
     for k, s in enumerate(drawn):
@@ -72,7 +77,7 @@ def line_chart(
 def budget_chart(bars: Sequence[Bar], *, title: str, unit: str = "epsilon") -> bytes:
     """Horizontal bars: spent (dark) and left (light) of each budget; a bar past its total is red."""
     height = 1.1 + 0.45 * max(1, len(bars))
-    fig = Figure(figsize=(7.2, height), dpi=100)
+    fig = _figure(7.2, height)
     ax = fig.add_subplot()
     if not bars:
         ax.text(0.5, 0.5, "nothing spent yet", ha="center", va="center", transform=ax.transAxes)
