@@ -17,9 +17,12 @@ demo: $(STAMP)
 	$(BIN)/pobo demo $(ARGS)
 
 # One BLAS thread per process: the suite runs many small linear-algebra calls beside live servers on a
-# 2-core machine, where OpenBLAS's spinning threads slow it down several-fold.
+# 2-core machine, where OpenBLAS's spinning threads slow it down several-fold. Two pytest-xdist workers, a
+# test file at a time each (most tests wait on services or the database, so two share two cores well);
+# `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'

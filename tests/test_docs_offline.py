@@ -8,9 +8,7 @@ failure (outside CI, a machine without chromium skips only the browser half).
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
 import subprocess
 import threading
@@ -22,6 +20,8 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+
+from tests.e2e.browser import CHROMIUM_ARGS, chromium_path
 
 TOKEN = "docs-test-token-0123456789abcdef0123456789abcdef"
 
@@ -97,35 +97,16 @@ def test_docs_html_references_no_external_host(served: tuple[str, str, str], pag
         assert len(asset.content) > 100, ref
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_chromium_renders_operations_with_network_blocked(
     served: tuple[str, str, str], page: str, tmp_path: Path
 ) -> None:
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed: .ci/run must install Debian's chromium package")
-        pytest.skip("chromium is not installed (CI installs it; apt-get install chromium)")
+    browser = chromium_path()  # (skips, or fails in CI, without chromium)
     name, base, operation = served
     cmd = [
         browser,
         "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
+        *CHROMIUM_ARGS,
         f"--user-data-dir={tmp_path / 'profile'}",
         # The air gap: no host name resolves, except the loopback address the service listens on.
         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
