@@ -21,6 +21,7 @@ import csv
 import math
 import os
 import secrets
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -220,17 +221,29 @@ def run_demo(
 
 def _print_consoles(console: Any, curator_url: str, modeler_url: str, admin: str, modeler: str) -> None:
     """The two browser consoles and the tokens that sign in to them (this demo's throwaway tokens)."""
-    console.print(
-        f"[bold]curator console[/] (privacy officer)  {curator_url}/console   sign in with the admin token "
-        f"[cyan]{admin}[/]\n"
-        f"[bold]modeler console[/] (studies)          {modeler_url}/console   sign in with the token "
-        f"[cyan]{modeler}[/]"
+    console.print(  # one fact a line, never wrapped: a token must survive a copy from a narrow terminal
+        f"[bold]curator console[/] (privacy officer): {curator_url}/console\n"
+        f"  sign in with the admin token: [cyan]{admin}[/]\n"
+        f"[bold]modeler console[/] (studies): {modeler_url}/console\n"
+        f"  sign in with the token: [cyan]{modeler}[/]",
+        soft_wrap=True,
     )
 
 
 def _sleep_forever(_: dict[str, str]) -> None:
-    while True:
-        time.sleep(3600)
+    """Until Ctrl-C or SIGTERM (both end the wait the same way, so the services are stopped cleanly; a shell
+    starts a background job with SIGINT ignored, so ``kill`` is how such a demo is stopped)."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _demo_flow(
