@@ -77,7 +77,7 @@ def test_cli_bench_perf_small(tmp_path):
     assert report["release"]["max_relative_difference"] < 1e-8
     assert report["gp_ucb_loop"]["same_choices"] == report["gp_ucb_loop"]["T"]
     assert report["release"]["speedup"] > 0 and report["gp_ucb_loop"]["speedup"] > 0
-    loop = report["gp_ucb_loop"]  # the bandwidth floor: A's t x n rows at every step t, over the measured rate
+    loop = report["gp_ucb_loop"]  # the floor: A's t x n rows at every step t, over the measured rate
     assert loop["floor_bytes"] == 8 * 2000 * 100 * 101 / 2
     assert loop["floor_seconds"] == pytest.approx(loop["floor_bytes"] / loop["bandwidth"]["bytes_per_s"])
     assert loop["ratio_to_floor"] == pytest.approx(loop["incremental_seconds"] / loop["floor_seconds"])
