@@ -10,13 +10,13 @@ import json
 import re
 import time
 from html.parser import HTMLParser
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.modeler_service.conftest import study_body
 from tests.modeler_service.fake_curator import PARTNER_TOKEN, FakeCurator
+from tests.modeler_service.test_studies import wait_for
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 FIXED = '{"lengthscale": 1.0, "signal_variance": 1.0, "noise_variance": 0.0001}'
@@ -99,17 +99,6 @@ def create_form(**overrides: str) -> dict[str, str]:
     }
     data.update(overrides)
     return {k: v for k, v in data.items() if v is not None}
-
-
-def wait_for(client: TestClient, study_id: str, statuses: set[str], timeout: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    study: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        study = client.get(f"/v1/studies/{study_id}").json()
-        if study["status"] in statuses:
-            return study
-        time.sleep(0.02)
-    raise AssertionError(f"study stayed {study.get('status')}, wanted {statuses}")
 
 
 def check_local(html: str) -> None:

@@ -20,7 +20,8 @@ from modeler_service.models import FederationRound, FederationSubmission
 from shared.federated import aggregate_round, federated_epsilon, round_robin
 from tests.modeler_service.conftest import AUTH, TOKEN
 
-ROUND_SECONDS = 1.5  # long enough that setting up and submitting fits in a round on a loaded machine
+ROUND_SECONDS = 4.0  # long enough that setting up and submitting fits in a round on a loaded machine
+LONG_POLL = int(2 * ROUND_SECONDS + 1)  # seconds a long-poll may wait for a round to close
 
 
 @pytest.fixture
@@ -261,10 +262,10 @@ def test_a_round_closes_at_its_deadline_only_and_once(client: Any, app: Any) -> 
 
     # the long-poll waits for round 2 to close (closing it itself once the deadline has passed)
     t0 = time.monotonic()
-    r2 = client.get(f"/v1/federations/{fid}/rounds/2", params={"wait": 4}).json()
-    assert r2["status"] == "closed" and time.monotonic() - t0 < 3.5
+    r2 = client.get(f"/v1/federations/{fid}/rounds/2", params={"wait": LONG_POLL}).json()
+    assert r2["status"] == "closed" and time.monotonic() - t0 < ROUND_SECONDS + 2.0
     assert r2["epsilon_pld"] > closed["epsilon_pld"]  # epsilon grows with the rounds
-    assert client.get(f"/v1/federations/{fid}/rounds/3", params={"wait": 4}).json()["status"] == "closed"
+    assert client.get(f"/v1/federations/{fid}/rounds/3", params={"wait": LONG_POLL}).json()["status"] == "closed"
     done = client.get(f"/v1/federations/{fid}").json()
     assert done["status"] == "done" and done["stop_reason"] == "rounds" and done["rounds_closed"] == 3
     assert client.get(f"/v1/federations/{fid}/rounds/4").status_code == 404
@@ -334,7 +335,7 @@ def test_budget(client: Any) -> None:
     assert client.get(f"/v1/federations/{fid}").json()["status"] == "registering"
 
     fid, _ = started(client, agents=1, epsilon_budget=(eps1 + eps2) / 2)  # room for one round only
-    r1 = client.get(f"/v1/federations/{fid}/rounds/1", params={"wait": 4}).json()
+    r1 = client.get(f"/v1/federations/{fid}/rounds/1", params={"wait": LONG_POLL}).json()
     assert r1["status"] == "closed" and r1["epsilon_pld"] == pytest.approx(eps1)
     fed = client.get(f"/v1/federations/{fid}").json()
     assert fed["status"] == "done" and fed["stop_reason"] == "budget" and fed["rounds_closed"] == 1
