@@ -229,15 +229,15 @@ class Console:
         """A page (or an htmx fragment): the template with the frame's variables."""
         if session is None:
             session = self.signer.read(request.cookies.get(self.signer.cookie_name))
-        page = self.env.get_template(template).render(
-            console=self,
-            request=request,
-            path=request.url.path,
-            signed_in=session is not None,
-            csrf_token=session.csrf if session else "",
-            **(context or {}),
-        )
-        return HTMLResponse(page, status_code=status_code)
+        frame: dict[str, Any] = {
+            "console": self,
+            "request": request,
+            "path": request.url.path,
+            "signed_in": session is not None,
+            "csrf_token": session.csrf if session else "",
+        }
+        frame.update(context or {})  # (the sign-in page brings its own pre-session CSRF token)
+        return HTMLResponse(self.env.get_template(template).render(**frame), status_code=status_code)
 
     def error_page(self, request: Request, status: int, message: str) -> HTMLResponse:
         return self.render(request, "error.html", {"status": status, "message": message}, status_code=status)
@@ -318,16 +318,8 @@ class Console:
         self, request: Request, next_path: str | None, *, status: int, error: str | None
     ) -> Response:
         cookie, csrf = self.signer.new_sign_in_form()
-        response = self.env.get_template("sign_in.html").render(
-            console=self,
-            request=request,
-            path=request.url.path,
-            signed_in=False,
-            csrf_token=csrf,
-            next=_safe_next(next_path),
-            error=error,
-        )
-        page = HTMLResponse(response, status_code=status)
+        context = {"signed_in": False, "csrf_token": csrf, "next": _safe_next(next_path), "error": error}
+        page = self.render(request, "sign_in.html", context, status_code=status)
         self._set_cookie(page, self.signer.pre_cookie_name, cookie, SIGN_IN_FORM_SECONDS)
         return page
 
