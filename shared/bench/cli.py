@@ -183,12 +183,19 @@ def bench_perf(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
     n_release: Annotated[int, typer.Option(help="Rows of the release benchmark.")] = 1_000_000,
     n_gp: Annotated[int, typer.Option(help="Candidates of the GP-UCB loop benchmark.")] = 100_000,
+    n_floor: Annotated[
+        int, typer.Option(min=10, help="Candidates of the GP-UCB loop timed against the bandwidth floor.")
+    ] = 1_000_000,
+    n_large: Annotated[
+        int, typer.Option(min=0, help="Candidates of the memory-mapped T = 50 loop (0: skip it).")
+    ] = 10_000_000,
     seed: Annotated[int, typer.Option(help="Benchmark seed.")] = 0,
 ) -> None:
-    """Streaming release vs direct SVD, incremental GP-UCB vs refitting scikit-learn's GPR."""
+    """Streaming release vs direct SVD, incremental GP-UCB vs refitting scikit-learn's GPR, the GP-UCB loop
+    vs the memory-bandwidth floor."""
     from shared.bench.perf import main as run
 
-    run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed)
+    run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed, n_floor=n_floor, n_large=n_large)
 
 
 @bench_app.command("service")

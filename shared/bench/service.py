@@ -10,7 +10,12 @@ n = 10 000 rows is created, and studies step through t = 1..50 with ``POST /v1/s
 * ``overhead = wall - gp``: HTTP to the modeler, database transactions (write-ahead intent, audit entry),
   the curator round trip (its own auth, idempotency record, quota and commit) and serialisation.
 
-Target (issue 4): overhead p50 < 15 ms.
+In the same run :func:`shared.bench.floor.measure_floor` times the bare path (issue 18): a client calling a
+minimal uvicorn app that calls a second minimal uvicorn app, which does one SQLite insert with fsync
+(``journal_mode=WAL``, ``synchronous=FULL``, as pobo's engine) and answers -- the irreducible hops of one
+iteration. ``overhead_ratio_to_floor`` is pobo's overhead p50 over the floor's p50.
+
+Targets: overhead p50 < 15 ms (issue 4); overhead p50 <= 2x the floor, with the same durability (issue 18).
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from typing import Any
 import httpx
 import numpy as np
 
+from shared.bench.floor import measure_floor
 from shared.bo.gp import Hyperparameters, median_distance
 from shared.bo.strategies import GPUCB
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from shared.protocol.client import CuratorClient
 
 TARGET_MS = 15.0
+#: Issue 18: pobo's overhead p50 at most this multiple of the floor's p50.
+TARGET_RATIO_TO_FLOOR = 2.0
 
 
 def _write_csv(path: Path, n: int, d: int, seed: int) -> None:
@@ -48,10 +56,18 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def measure(
-    *, n: int = 10_000, d: int = 10, r: int = 10, iterations: int = 50, studies: int = 3, seed: int = 0
+    *,
+    n: int = 10_000,
+    d: int = 10,
+    r: int = 10,
+    iterations: int = 50,
+    studies: int = 3,
+    seed: int = 0,
+    floor_requests: int = 300,
 ) -> dict[str, Any]:
-    """Run the benchmark; returns per-step samples and percentiles (milliseconds)."""
+    """Run the benchmark (the floor first, then pobo's studies); returns percentiles (milliseconds)."""
     load_before = list(os.getloadavg())
+    floor = measure_floor(requests=floor_requests)
     admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="pobo-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -146,12 +162,25 @@ def measure(
             "overhead_vs_in_process_gp": overhead_local,
         }.items()
     }
+    ratio = summary["overhead"]["p50"] / floor["p50"]
     return {
-        "setup": {"n": n, "d": d, "r": r, "iterations": iterations, "studies": studies, "steps": len(wall)},
+        "setup": {
+            "n": n,
+            "d": d,
+            "r": r,
+            "iterations": iterations,
+            "studies": studies,
+            "steps": len(wall),
+            "floor_requests": floor["requests"],
+        },
         "load_average_before": load_before,  # other work on the machine inflates every number here
         "target_ms": TARGET_MS,
         "pass": summary["overhead"]["p50"] < TARGET_MS,
         "summary_ms": summary,
+        "floor_ms": {key: floor[key] for key in ("p50", "p90", "p95", "mean")},
+        "overhead_ratio_to_floor": ratio,
+        "target_ratio_to_floor": TARGET_RATIO_TO_FLOOR,
+        "pass_ratio_to_floor": ratio <= TARGET_RATIO_TO_FLOOR,
     }
 
 
@@ -162,7 +191,7 @@ def main(
     from rich.table import Table
 
     console = Console()
-    with console.status(f"benchmarking {studies} x {iterations} HTTP iterations (n = {n}) ..."):
+    with console.status(f"benchmarking the floor and {studies} x {iterations} HTTP iterations (n = {n}) ..."):
         result = measure(n=n, iterations=iterations, studies=studies)
     s = result["summary_ms"]
     table = Table(title=f"one HTTP iteration, n = {n}, t <= {iterations} ({result['setup']['steps']} steps)")
@@ -182,7 +211,20 @@ def main(
     for key, label in labels.items():
         style = "bold" if key == "overhead" else ""
         table.add_row(label, f"{s[key]['p50']:.2f}", f"{s[key]['p95']:.2f}", style=style)
+    floor = result["floor_ms"]
+    table.add_row(
+        "floor: client -> app -> app + SQLite insert (fsync)",
+        f"{floor['p50']:.2f}",
+        f"{floor['p95']:.2f}",
+    )
     console.print(table)
+    ratio = result["overhead_ratio_to_floor"]
+    met = result["pass_ratio_to_floor"]
+    console.print(
+        f"overhead / floor (p50): {ratio:.2f}x, target <= {TARGET_RATIO_TO_FLOOR:g}x: "
+        f"met {met} ({s['overhead']['p50']:.2f} / {floor['p50']:.2f} ms)",
+        style="green" if met else "red",
+    )
     verdict = "[green]PASS[/]" if result["pass"] else "[red]FAIL[/]"
     console.print(f"target: beyond-GP p50 < {TARGET_MS:g} ms: {verdict} ({s['overhead']['p50']:.2f} ms)")
     load = result["load_average_before"][0]

@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
+from shared.bo.factor import FactorRows
+from shared.bo.parallel import split
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -105,6 +109,8 @@ class GaussianProcess:
         *,
         prior_mean: str = "zero",
         jitter: float = DEFAULT_JITTER,
+        spill: Literal["auto", "always", "never"] = "auto",
+        spill_directory: str | Path | None = None,
     ) -> None:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         if Z.ndim != 2 or Z.shape[0] < 1:
@@ -117,6 +123,7 @@ class GaussianProcess:
         self.n = Z.shape[0]
         self.prior_mean = prior_mean
         self.jitter = float(jitter)
+        self.spill, self.spill_directory = spill, spill_directory
         self.hp = hyperparameters
         self._reset()
 
@@ -126,27 +133,35 @@ class GaussianProcess:
         self._idx = np.empty(cap, dtype=np.int64)
         self._y = np.empty(cap)
         self._L = np.zeros((cap, cap))
-        self._A = np.empty((cap, self.n))
+        if getattr(self, "_A", None) is None:
+            self._A = FactorRows(self.n, spill=self.spill, spill_directory=self.spill_directory)
+        self._A.clear()  # (its blocks are kept for the rebuild's rows)
         self._w = np.empty(cap)  # L^{-1} y
         self._u = np.empty(cap)  # L^{-1} 1
         self.t = 0
         self._p = np.zeros(self.n)  # A^T L^{-1} y
         self._q = np.zeros(self.n)  # A^T L^{-1} 1
         self._var = np.full(self.n, float(self.hp.signal_variance))
-        self._scaled = self.Z / np.asarray(self.hp.lengthscale, dtype=np.float64)
-        self._sqnorm = (self._scaled * self._scaled).sum(1)
+        self._scratch = np.empty(self.n)
+        ls = np.asarray(self.hp.lengthscale, dtype=np.float64)
+        r = self.Z.shape[1]
+        # [Z / l ; -|Z / l|^2 / 2]^T as one [r + 1, n] array: k(Z_j, Z) is one dgemv over it (kernel_row)
+        if getattr(self, "_ST", None) is None:
+            self._ST = np.empty((r + 1, self.n))
+        np.divide(self.Z.T, ls[:, None] if ls.ndim else ls, out=self._ST[:r])
+        self._sqnorm = np.einsum("ij,ij->j", self._ST[:r], self._ST[:r])
+        np.multiply(self._sqnorm, -0.5, out=self._ST[r])
 
     def _grow(self) -> None:
+        """Double the capacity of the small per-observation arrays (A grows by blocks on its own)."""
         cap = 2 * self._idx.size
-        idx, y, L, A, w, u = self._idx, self._y, self._L, self._A, self._w, self._u
+        idx, y, L, w, u = self._idx, self._y, self._L, self._w, self._u
         self._idx = np.empty(cap, dtype=np.int64)
         self._y, self._w, self._u = np.empty(cap), np.empty(cap), np.empty(cap)
         self._L = np.zeros((cap, cap))
-        self._A = np.empty((cap, self.n))
         t = self.t
         self._idx[:t], self._y[:t], self._w[:t], self._u[:t] = idx[:t], y[:t], w[:t], u[:t]
         self._L[:t, :t] = L[:t, :t]
-        self._A[:t] = A[:t]
 
     @property
     def indices(self) -> npt.NDArray[np.int64]:
@@ -156,24 +171,60 @@ class GaussianProcess:
     def y(self) -> FloatArray:
         return self._y[: self.t].copy()
 
+    @property
+    def factor(self) -> FactorRows:
+        """The stored factor A [t, n] (row blocks; see ``shared.bo.factor``)."""
+        return self._A
+
+    def _kernel_row_into(self, j: int, out: FloatArray) -> None:
+        """``out <- k(Z_j, Z)`` [n]: one dgemv over ``[Z/l; -|Z/l|^2/2]`` gives ``z_i.z_j - |z_i|^2/2``;
+        adding ``ln s2 - |z_j|^2/2`` makes it ``ln s2 - |z_i - z_j|^2/2``, clamped at ``ln s2`` (a distance
+        is >= 0) and exponentiated, in one pass split across the cores. A subclass that overrides
+        ``kernel_row`` (another kernel) is copied in instead."""
+        if type(self).kernel_row is not GaussianProcess.kernel_row:
+            out[:] = self.kernel_row(j)
+            return
+        from scipy.linalg.blas import dgemv
+
+        r = self._ST.shape[0] - 1
+        x = np.empty(r + 1)
+        x[:r], x[r] = self._ST[:r, j], 1.0
+        dgemv(1.0, self._ST.T, x, beta=0.0, y=out, overwrite_y=1)  # -|z_i|^2/2 + z_i . z_j
+        log_s2 = math.log(self.hp.signal_variance)
+        shift = float(self._ST[r, j]) + log_s2
+
+        def finish(s: slice) -> None:
+            part = out[s]
+            np.add(part, shift, out=part)  # ln s2 - |z_i - z_j|^2 / 2
+            np.minimum(part, log_s2, out=part)
+            np.exp(part, out=part)
+
+        split(finish, self.n)
+
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
-        sq = self._sqnorm + self._sqnorm[j] - 2.0 * (self._scaled @ self._scaled[j])
-        np.maximum(sq, 0.0, out=sq)
-        out: FloatArray = self.hp.signal_variance * np.exp(-0.5 * sq)
+        out = np.empty(self.n)
+        self._kernel_row_into(int(j), out)
         return out
 
     def kernel_rows(self, indices: npt.ArrayLike) -> FloatArray:
         """k(Z_p, Z) [p, n] for the rows ``indices`` in O(p n r) (vectorised ``kernel_row``)."""
         idx = np.atleast_1d(np.asarray(indices, dtype=np.int64))
-        sq = self._sqnorm[None, :] + self._sqnorm[idx, None] - 2.0 * (self._scaled[idx] @ self._scaled.T)
+        S = self._ST[:-1]
+        sq = self._sqnorm[None, :] + self._sqnorm[idx, None] - 2.0 * (S[:, idx].T @ S)
         np.maximum(sq, 0.0, out=sq)
         out: FloatArray = self.hp.signal_variance * np.exp(-0.5 * sq)
         return out
 
     # -- updates ---------------------------------------------------------------------------------------
     def add(self, index: int, y: float) -> None:
-        """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r))."""
+        """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r)).
+
+        The new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` is built in place in A's next row (kernel row, then
+        one accumulating dgemv per block of A: A is read once), and p, q and the variance are updated from
+        it with BLAS axpy: about eight passes over n beside the read of A."""
+        from scipy.linalg.blas import daxpy
+
         j = int(index)
         if not 0 <= j < self.n:
             raise InputDataError(f"index must be in [0, {self.n - 1}], got {index}")
@@ -182,21 +233,30 @@ class GaussianProcess:
         if self.t == self._idx.size:
             self._grow()
         t = self.t
-        k_row = self.kernel_row(j)  # [n]
-        k_old = k_row[self._idx[:t]]  # k(Z_I, Z_j) [t]
+        a = self._A.next_row()  # [n], filled in place: k(Z_j, Z), then the new row of A
+        self._kernel_row_into(j, a)
+        k_old = a[self._idx[:t]]  # k(Z_I, Z_j) [t]
         L = self._L[:t, :t]
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
         d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
         l_tt = math.sqrt(max(d2, self.jitter))
-        a = (k_row - lvec @ self._A[:t]) / l_tt  # new row of A [n]
+        self._A.gemv_into(lvec, a, alpha=-1.0 / l_tt, beta=1.0 / l_tt)  # a = (k_row - l^T A) / l_tt
         w = (float(y) - float(lvec @ self._w[:t])) / l_tt
         u = (1.0 - float(lvec @ self._u[:t])) / l_tt
         self._L[t, :t], self._L[t, t] = lvec, l_tt
-        self._A[t], self._w[t], self._u[t] = a, w, u
+        self._w[t], self._u[t] = w, u
         self._idx[t], self._y[t] = j, float(y)
-        self._p += a * w
-        self._q += a * u
-        self._var -= a * a
+        daxpy(a, self._p, a=w)
+        if self.prior_mean == "empirical":  # q is read only by an empirical prior mean
+            daxpy(a, self._q, a=u)
+        var, scratch = self._var, self._scratch
+
+        def shrink(s: slice) -> None:
+            np.multiply(a[s], a[s], out=scratch[s])
+            np.subtract(var[s], scratch[s], out=var[s])
+
+        split(shrink, self.n)
+        self._A.commit()
         self.t = t + 1
 
     def refit(self, hyperparameters: Hyperparameters) -> None:
@@ -219,7 +279,8 @@ class GaussianProcess:
         A = solve_triangular(L, Kxn, lower=True, check_finite=False)
         w = solve_triangular(L, y, lower=True, check_finite=False)
         u = solve_triangular(L, np.ones(t), lower=True, check_finite=False)
-        self._L[:t, :t], self._A[:t], self._w[:t], self._u[:t] = L, A, w, u
+        self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
+        self._A.load(A)
         self._idx[:t], self._y[:t] = idx, y
         self._p, self._q = A.T @ w, A.T @ u
         self._var = self.hp.signal_variance - np.einsum("ij,ij->j", A, A)
@@ -252,14 +313,37 @@ class GaussianProcess:
             raise InputDataError(f"indices must be in [0, {self.n - 1}]")
         K = self.kernel_rows(idx)
         if self.t:
-            A = self._A[: self.t]
-            K -= A[:, idx].T @ A
+            K -= self._A.gram_rows(idx)
         return K
 
     def std(self) -> FloatArray:
         """Posterior standard deviation of f at every candidate [n] (GPML Alg. 2.1 line 6)."""
         out: FloatArray = np.sqrt(np.maximum(self._var, 0.0))
         return out
+
+    def upper_confidence_bound(self, c: float, out: FloatArray | None = None) -> FloatArray:
+        """``mean + c std`` at every candidate [n] (GP-UCB's acquisition with c = beta^1/2), into ``out`` or
+        a new array: the arithmetic of ``mean() + c * std()`` in one pass over n, split across the cores."""
+        res: FloatArray = np.empty(self.n) if out is None else out
+        mean = self.mean() if self.m else self._p
+        var, c = self._var, float(c)
+
+        def fill(s: slice) -> None:
+            part = res[s]
+            np.maximum(var[s], 0.0, out=part)
+            np.sqrt(part, out=part)
+            np.multiply(part, c, out=part)
+            np.add(mean[s], part, out=part)
+
+        split(fill, self.n)
+        return res
+
+    def posterior_at(self, index: int) -> tuple[float, float]:
+        """(mean, std) of f at one candidate, without computing them over all n."""
+        i = int(index)
+        m = self.m
+        mean = float(self._p[i] + m * (1.0 - self._q[i])) if m else float(self._p[i])
+        return mean, math.sqrt(max(float(self._var[i]), 0.0))
 
 
 # -- maximum likelihood ---------------------------------------------------------------------------------

@@ -265,7 +265,9 @@ def test_a_round_closes_at_its_deadline_only_and_once(client: Any, app: Any) -> 
     r2 = client.get(f"/v1/federations/{fid}/rounds/2", params={"wait": LONG_POLL}).json()
     assert r2["status"] == "closed" and time.monotonic() - t0 < ROUND_SECONDS + 2.0
     assert r2["epsilon_pld"] > closed["epsilon_pld"]  # epsilon grows with the rounds
-    assert client.get(f"/v1/federations/{fid}/rounds/3", params={"wait": LONG_POLL}).json()["status"] == "closed"
+    assert (
+        client.get(f"/v1/federations/{fid}/rounds/3", params={"wait": LONG_POLL}).json()["status"] == "closed"
+    )
     done = client.get(f"/v1/federations/{fid}").json()
     assert done["status"] == "done" and done["stop_reason"] == "rounds" and done["rounds_closed"] == 3
     assert client.get(f"/v1/federations/{fid}/rounds/4").status_code == 404

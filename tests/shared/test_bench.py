@@ -70,18 +70,27 @@ def test_quick_benchmark_json_shape(tmp_path):
 def test_cli_bench_perf_small(tmp_path):
     out = tmp_path / "perf.json"
     result = CliRunner().invoke(
-        app, ["bench", "perf", "--n-release", "20000", "--n-gp", "2000", "--json", str(out)]
+        app,
+        ["bench", "perf", "--n-release", "20000", "--n-gp", "2000", "--n-floor", "3000", "--n-large", "4000"]
+        + ["--json", str(out)],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["release"]["max_relative_difference"] < 1e-8
     assert report["gp_ucb_loop"]["same_choices"] == report["gp_ucb_loop"]["T"]
     assert report["release"]["speedup"] > 0 and report["gp_ucb_loop"]["speedup"] > 0
-    loop = report["gp_ucb_loop"]  # the floor: A's t x n rows at every step t, over the measured rate
-    assert loop["floor_bytes"] == 8 * 2000 * 100 * 101 / 2
-    assert loop["floor_seconds"] == pytest.approx(loop["floor_bytes"] / loop["bandwidth"]["bytes_per_s"])
-    assert loop["ratio_to_floor"] == pytest.approx(loop["incremental_seconds"] / loop["floor_seconds"])
-    assert loop["bandwidth"]["bytes_per_s"] >= loop["bandwidth"]["gemv_bytes_per_s"] > 0
+    floor = report["gp_loop_floor"]  # the floor: A's t x n rows at every step t, over the measured rate
+    assert floor["n"] == 3000 and floor["T"] == 100 and floor["repeats"] == 3
+    assert floor["floor_bytes"] == 8 * 3000 * 100 * 101 / 2
+    assert floor["full_floor_bytes"] == floor["floor_bytes"] + 8 * 3000 * 15 * 101  # + Z for each kernel row
+    assert floor["floor_seconds"] == pytest.approx(floor["floor_bytes"] / floor["bandwidth"]["bytes_per_s"])
+    assert floor["seconds"] == min(floor["all_seconds"]) and floor["first_seconds"] == floor["all_seconds"][0]
+    assert floor["ratio_to_floor"] == pytest.approx(floor["seconds"] / floor["floor_seconds"])
+    assert floor["bandwidth"]["bytes_per_s"] >= floor["bandwidth"]["gemv_bytes_per_s"] > 0
+    assert floor["same_choices_as_reference"] == 100 and floor["same_choices_across_repeats"] is True
+    large = report["gp_loop_large"]  # factor memory-mapped
+    assert large["n"] == 4000 and large["T"] == 50 and large["memory_mapped"] is True
+    assert large["seconds_per_step"] == pytest.approx(large["seconds"] / 50)
     gaussian = report["gaussian_release"]
     assert gaussian["n"] == 20000 and gaussian["seconds"] > 0 and gaussian["opendp_seconds_per_entry"] > 0
 

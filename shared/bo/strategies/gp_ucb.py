@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -77,6 +78,8 @@ class GPUCB:
     refitted when ``refit_schedule(t)`` is true (starting from the median pairwise distance of Z as
     lengthscale). ``exclude_queried`` (the service default) never suggests a row twice; the paper's
     benchmark allows repeats. ``prior_mean`` is ``"empirical"`` (mean of the observed y) or ``"zero"``.
+    ``spill`` / ``spill_directory``: where the GP's factor goes when it does not fit in memory
+    (``shared.bo.factor``).
     """
 
     def __init__(
@@ -88,6 +91,8 @@ class GPUCB:
         exclude_queried: bool = True,
         prior_mean: Literal["zero", "empirical"] = "empirical",
         refit_schedule: Any = default_refit_schedule,
+        spill: Literal["auto", "always", "never"] = "auto",
+        spill_directory: str | Path | None = None,
     ) -> None:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         gp_ucb_beta(max(1, Z.shape[0] if Z.ndim == 2 else 1), 1, delta_prime)  # validates delta_prime
@@ -100,10 +105,11 @@ class GPUCB:
             hp = hyperparameters
         else:
             raise InputDataError(f'hyperparameters must be "mle" or Hyperparameters, got {hyperparameters!r}')
-        self.gp = GaussianProcess(Z, hp, prior_mean=prior_mean)
+        self.gp = GaussianProcess(Z, hp, prior_mean=prior_mean, spill=spill, spill_directory=spill_directory)
         self.exclude_queried = exclude_queried
         self.refit_schedule = refit_schedule
         self._queried = np.zeros(self.gp.n, dtype=bool)
+        self._buffer: npt.NDArray[np.float64] | None = None
 
     @property
     def n(self) -> int:
@@ -122,24 +128,26 @@ class GPUCB:
     def observations(self) -> list[tuple[int, float]]:
         return [(int(i), float(y)) for i, y in zip(self.gp.indices, self.gp.y, strict=True)]
 
-    def acquisition(self) -> tuple[npt.NDArray[np.float64], float, int]:
-        """UCB values [n] (queried rows at -inf when excluded), beta_t and t."""
+    def acquisition(
+        self, out: npt.NDArray[np.float64] | None = None
+    ) -> tuple[npt.NDArray[np.float64], float, int]:
+        """UCB values [n] (queried rows at -inf when excluded; into ``out`` if given), beta_t and t."""
         t = self.gp.t + 1
         beta = gp_ucb_beta(self.n, t, self.delta_prime)
-        ucb = self.gp.mean() + math.sqrt(beta) * self.gp.std()
+        ucb = self.gp.upper_confidence_bound(math.sqrt(beta), out=out)
         if self.exclude_queried:
-            ucb[self._queried] = -np.inf
+            ucb[self.gp.indices] = -np.inf  # the queried rows: t indices, not a mask over n
         return ucb, beta, t
 
     def suggest(self) -> Suggestion:
-        ucb, beta, t = self.acquisition()
+        if self._buffer is None:
+            self._buffer = np.empty(self.n)  # reused every step: no fresh n-vector to fault in
+        ucb, beta, t = self.acquisition(out=self._buffer)
         i = int(np.argmax(ucb))  # first maximum: deterministic tie-breaking by smallest index
         if not np.isfinite(ucb[i]):
             raise StrategyError(f"every one of the {self.n} candidates has been queried already")
-        mean, std = self.gp.mean()[i], self.gp.std()[i]
-        return Suggestion(
-            index=i, acquisition=float(ucb[i]), beta=beta, mean=float(mean), std=float(std), t=t
-        )
+        mean, std = self.gp.posterior_at(i)
+        return Suggestion(index=i, acquisition=float(ucb[i]), beta=beta, mean=mean, std=std, t=t)
 
     def _fit(
         self, idx: npt.NDArray[np.int64], y: npt.NDArray[np.float64], hp: Hyperparameters
@@ -232,12 +240,13 @@ def initial_rows(params: GPUCBParams, *, n: int, budget: int, rng: np.random.Gen
 def row_details(engine: GPUCB, index: int, *, source: str) -> dict[str, Any]:
     """The audit numbers of choosing ``index`` now: UCB value, beta_t, posterior mean/std, hyper-params."""
     ucb, beta, _t = engine.acquisition()
+    mean, std = engine.gp.posterior_at(index)
     return {
         "source": source,
         "acquisition": float(ucb[index]),
         "beta": float(beta),
-        "mean": float(engine.gp.mean()[index]),
-        "std": float(engine.gp.std()[index]),
+        "mean": mean,
+        "std": std,
         "hyperparameters": engine.hyperparameters.as_dict(),
     }
 

@@ -1,0 +1,195 @@
+"""The GP's cross-covariance factor ``A = L^{-1} k(Z_I, Z)`` [t, n], kept in row blocks that never move.
+
+An incremental GP-UCB loop over n candidates reads A once per step (``l^T A``, GPML Alg. 2.1 line 5 grown by
+one row) and writes one new row: T steps read ``8 n T (T + 1) / 2`` bytes, the loop's memory-bandwidth floor
+(``pobo bench perf``). Storing A as one array that doubles when full would also copy every row at each
+doubling (and fault in twice the memory); here rows go into fixed-size blocks, allocated when the previous
+one is full, so each row is written once and read once per step, block by block with one BLAS ``dgemv``
+each.
+
+Fresh memory is expensive to touch for the first time (the kernel zeroes every page, and a virtual machine
+whose host backs guest memory lazily adds a fault per page: ~2 ms per MB on our CI machines, more than reading
+it). Blocks of a factor that is released or garbage-collected therefore go to a small process-wide spare list
+(at most ``SPARE_LIMIT_BYTES``) and are handed to the next factor over the same n instead of new memory.
+
+Blocks live in memory, or, when a ``spill_directory`` is given and a new block would not fit in the memory
+the operating system reports available (``MemAvailable``, less a margin), in a memory-mapped file there: an
+anonymous temporary file (``tempfile.TemporaryFile``), so nothing is left behind when the GP goes away.
+``spill="always"`` memory-maps every block (the n = 10 000 000 benchmark uses it to exercise the path).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import IO, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+__all__ = ["FactorRows", "available_memory_bytes"]
+
+#: Rows per block: large enough that one dgemv per block runs at full bandwidth, small enough that the
+#: unused tail of the last block (allocated, never touched) is at most 31 rows.
+BLOCK_ROWS = 32
+
+#: Memory left to everything else when deciding whether a block fits (the spill rule).
+SPILL_MARGIN_BYTES = 1 << 30
+
+#: In-memory blocks kept for reuse after their factor is gone (process-wide, all n together).
+SPARE_LIMIT_BYTES = 1 << 30
+
+_spares: list[FloatArray] = []
+_spares_lock = threading.Lock()
+
+
+def _give_back(blocks: list[FloatArray]) -> None:
+    """Keep released in-memory blocks for reuse, up to ``SPARE_LIMIT_BYTES`` in all (newest kept)."""
+    with _spares_lock:
+        _spares.extend(b for b in blocks if not isinstance(b, np.memmap))
+        while sum(b.nbytes for b in _spares) > SPARE_LIMIT_BYTES:
+            _spares.pop(0)
+
+
+def _take_spare(shape: tuple[int, int]) -> FloatArray | None:
+    with _spares_lock:
+        for k, block in enumerate(_spares):
+            if block.shape == shape:
+                return _spares.pop(k)
+    return None
+
+
+def available_memory_bytes() -> int | None:
+    """``MemAvailable`` from /proc/meminfo (Linux), or None where that is not available."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class FactorRows:
+    """Rows of A [t, n] in blocks of ``block_rows`` rows; row ``t`` is filled in place, then ``commit``-ted.
+
+    ``spill``: ``"auto"`` memory-maps a block into ``spill_directory`` only when it would not fit in memory,
+    ``"always"`` memory-maps every block (``spill_directory`` or the system temporary directory), ``"never"``
+    keeps every block in memory.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        block_rows: int = BLOCK_ROWS,
+        spill: Literal["auto", "always", "never"] = "auto",
+        spill_directory: str | Path | None = None,
+    ) -> None:
+        self.n = int(n)
+        self.block_rows = int(block_rows)
+        self.spill = spill
+        self.spill_directory = Path(spill_directory) if spill_directory is not None else None
+        self._blocks: list[FloatArray] = []
+        self._files: list[IO[bytes]] = []
+        self.t = 0
+        weakref.finalize(self, _give_back, self._blocks)
+
+    # -- storage ---------------------------------------------------------------------------------------
+    @property
+    def memory_mapped_blocks(self) -> int:
+        return len(self._files)
+
+    def _spills(self, nbytes: int) -> bool:
+        if self.spill == "always":
+            return True
+        if self.spill == "never" or self.spill_directory is None:
+            return False
+        available = available_memory_bytes()
+        return available is not None and nbytes > available - SPILL_MARGIN_BYTES
+
+    def _new_block(self) -> FloatArray:
+        shape = (self.block_rows, self.n)
+        nbytes = 8 * self.block_rows * self.n
+        if not self._spills(nbytes):
+            spare = _take_spare(shape)
+            return spare if spare is not None else np.empty(shape)
+        fh = tempfile.TemporaryFile(dir=self.spill_directory)  # noqa: SIM115 - closed in release()
+        fh.truncate(nbytes)
+        self._files.append(fh)
+        block: FloatArray = np.memmap(fh, dtype=np.float64, mode="r+", shape=shape)
+        return block
+
+    def clear(self) -> None:
+        """Forget every row (t = 0); the blocks stay allocated for the rows written next (a refit's rebuild
+        reuses them instead of faulting in fresh memory)."""
+        self.t = 0
+
+    def release(self) -> None:
+        """Give every block up (in-memory ones to the spare list; memory-mapped files are closed)."""
+        _give_back(self._blocks)
+        self._blocks.clear()
+        for fh in self._files:
+            fh.close()
+        self._files.clear()
+        self.t = 0
+
+    def next_row(self) -> FloatArray:
+        """Row ``t`` [n] (a view into its block, allocating the block when needed), to be filled in place."""
+        b, r = divmod(self.t, self.block_rows)
+        if b == len(self._blocks):
+            self._blocks.append(self._new_block())
+        row: FloatArray = self._blocks[b][r]
+        return row
+
+    def commit(self) -> None:
+        """Row ``t`` (from ``next_row``) is complete: t grows by one."""
+        self.t += 1
+
+    def _used(self) -> list[FloatArray]:
+        """The filled part of every block: views [rows_b, n] in order, covering rows 0..t-1."""
+        out, left = [], self.t
+        for block in self._blocks:
+            if left <= 0:
+                break
+            out.append(block[: min(left, self.block_rows)])
+            left -= self.block_rows
+        return out
+
+    def load(self, A: FloatArray) -> None:
+        """Replace the contents with the rows of A [t, n] (a batch rebuild)."""
+        self.clear()
+        for row in A:
+            self.next_row()[:] = row
+            self.commit()
+
+    # -- products --------------------------------------------------------------------------------------
+    def gemv_into(self, x: FloatArray, y: FloatArray, *, alpha: float, beta: float) -> None:
+        """``y <- beta y + alpha x^T A`` in place, x [t], y [n] (contiguous): one BLAS dgemv per block, each
+        reading its rows once (the first block applies ``beta``; with t = 0, ``y <- beta y``)."""
+        from scipy.linalg.blas import dgemv
+
+        start, scale = 0, float(beta)
+        for block in self._used():
+            rows = block.shape[0]
+            dgemv(float(alpha), block.T, x[start : start + rows], beta=scale, y=y, overwrite_y=1)
+            start, scale = start + rows, 1.0
+        if start == 0 and scale != 1.0:
+            y *= scale
+
+    def columns(self, indices: npt.NDArray[np.int64]) -> FloatArray:
+        """``A[:, indices]`` [t, p]."""
+        parts = [block[:, indices] for block in self._used()]
+        return np.concatenate(parts, axis=0) if parts else np.empty((0, indices.size))
+
+    def gram_rows(self, indices: npt.NDArray[np.int64]) -> FloatArray:
+        """``A[:, indices]^T A`` [p, n], block by block."""
+        out = np.zeros((indices.size, self.n))
+        for block in self._used():
+            out += block[:, indices].T @ block
+        return out

@@ -1,0 +1,124 @@
+"""The GP factor storage (row blocks, spare reuse, memory-mapped spill) and the split element-wise passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shared.bo import factor as factor_mod
+from shared.bo.factor import FactorRows
+from shared.bo.gp import GaussianProcess, Hyperparameters, se_kernel
+from shared.bo.parallel import split
+
+HP = Hyperparameters(lengthscale=1.3, signal_variance=1.7, noise_variance=1e-3)
+
+
+def _filled(n: int, t: int, **options: object) -> tuple[FactorRows, np.ndarray]:
+    A = np.random.default_rng(1).standard_normal((t, n))
+    rows = FactorRows(n, block_rows=3, **options)  # type: ignore[arg-type]
+    for row in A:
+        rows.next_row()[:] = row
+        rows.commit()
+    return rows, A
+
+
+@pytest.mark.parametrize("t", [0, 1, 3, 7])
+def test_blocked_products_equal_the_dense_ones(t: int) -> None:
+    rows, A = _filled(50, t)
+    x, y0 = np.random.default_rng(2).standard_normal(t), np.random.default_rng(3).standard_normal(50)
+    y = y0.copy()
+    rows.gemv_into(x, y, alpha=-0.5, beta=2.0)
+    np.testing.assert_allclose(y, 2.0 * y0 - 0.5 * (x @ A), rtol=1e-13, atol=1e-13)
+    idx = np.array([4, 0, 49])
+    np.testing.assert_array_equal(rows.columns(idx), A[:, idx])
+    np.testing.assert_allclose(rows.gram_rows(idx), A[:, idx].T @ A, atol=1e-12)
+
+
+def test_rows_are_written_once_and_blocks_are_reused() -> None:
+    rows, A = _filled(20, 7)
+    assert len(rows._blocks) == 3  # ceil(7 / 3), no doubling copies
+    first = rows._blocks[0]
+    rows.clear()
+    rows.load(A[:2])
+    assert rows.t == 2 and rows._blocks[0] is first  # a rebuild reuses the blocks it has
+    np.testing.assert_array_equal(rows.columns(np.arange(20)), A[:2])
+    rows.release()  # given to the spare list, taken by the next factor over the same n
+    again = FactorRows(20, block_rows=3)
+    assert again.next_row().base is first or np.shares_memory(again.next_row(), first)
+
+
+def test_spare_list_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(factor_mod, "SPARE_LIMIT_BYTES", 3 * 8 * 10 * 2)  # two blocks of 3 x 10
+    monkeypatch.setattr(factor_mod, "_spares", [])
+    rows, _ = _filled(10, 12)  # four blocks
+    rows.release()
+    assert len(factor_mod._spares) == 2
+
+
+def test_memory_mapped_blocks_give_the_same_posterior(tmp_path) -> None:
+    Z = np.random.default_rng(4).standard_normal((300, 3))
+    obs = [(5, 0.3), (17, -1.0), (250, 0.7), (6, 0.2), (120, 1.1)]
+    dense = GaussianProcess(Z, HP, spill="never")
+    mapped = GaussianProcess(Z, HP, spill="always", spill_directory=tmp_path)
+    for i, y in obs:
+        dense.add(i, y)
+        mapped.add(i, y)
+    assert mapped.factor.memory_mapped_blocks == 1 and dense.factor.memory_mapped_blocks == 0
+    np.testing.assert_array_equal(mapped.mean(), dense.mean())
+    np.testing.assert_array_equal(mapped.variance(), dense.variance())
+    assert list(tmp_path.iterdir()) == []  # anonymous files: nothing is left behind
+    mapped.factor.release()
+    assert mapped.factor.memory_mapped_blocks == 0
+
+
+def test_auto_spill_memory_maps_only_what_does_not_fit(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(factor_mod, "available_memory_bytes", lambda: factor_mod.SPILL_MARGIN_BYTES + 100)
+    small = FactorRows(2, block_rows=3, spill="auto", spill_directory=tmp_path)  # 48 bytes a block: fits
+    small.next_row()
+    big = FactorRows(50, block_rows=3, spill="auto", spill_directory=tmp_path)  # 1200 bytes: does not
+    big.next_row()
+    nowhere = FactorRows(50, block_rows=3, spill="auto")  # no directory: stays in memory
+    nowhere.next_row()
+    assert (small.memory_mapped_blocks, big.memory_mapped_blocks, nowhere.memory_mapped_blocks) == (0, 1, 0)
+
+
+def test_kernel_row_and_ucb_match_the_textbook_formulas() -> None:
+    Z = np.random.default_rng(5).standard_normal((400, 4)) * 3.0
+    for prior in ("zero", "empirical"):
+        gp = GaussianProcess(Z, HP, prior_mean=prior)
+        for i, y in [(3, 1.0), (30, -0.5), (399, 2.0)]:
+            gp.add(i, y)
+        np.testing.assert_allclose(gp.kernel_row(7), se_kernel(Z[7:8], Z, HP)[0], rtol=1e-12, atol=1e-300)
+        assert gp.kernel_row(7)[7] <= HP.signal_variance  # the clamp: a distance is never negative
+        c = 1.9
+        np.testing.assert_array_equal(gp.upper_confidence_bound(c), gp.mean() + c * gp.std())
+        out = np.empty(400)
+        assert gp.upper_confidence_bound(c, out=out) is out
+        mean, std = gp.posterior_at(30)
+        assert (mean, std) == (gp.mean()[30], gp.std()[30])
+
+
+def test_split_covers_the_range_once_and_raises_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.bo import parallel
+
+    monkeypatch.setattr(parallel, "threads", lambda: 3)  # three slices whatever this machine has
+    n = 1_000_003
+    seen = np.zeros(n, dtype=np.int64)
+    starts: list[int] = []
+
+    def mark(s: slice) -> None:
+        seen[s] += 1
+        starts.append(s.start)
+
+    split(mark, n)
+    assert (seen == 1).all() and sorted(starts) == [0, n // 3, 2 * n // 3]
+
+    def boom(s: slice) -> None:
+        if s.start > 0:
+            raise ValueError("a later slice")
+
+    with pytest.raises(ValueError, match="a later slice"):
+        split(boom, n)
+    starts.clear()
+    split(mark, 10)  # small: one slice, no pool
+    assert starts == [0]
