@@ -198,6 +198,30 @@ def bench_perf(
     run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed, n_floor=n_floor, n_large=n_large)
 
 
+@bench_app.command("steps")
+def bench_steps(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    n: Annotated[
+        int, typer.Option(min=100, help="Rows of the release (and of the DP-GIBO dataset).")
+    ] = 100_000,
+    queries: Annotated[int, typer.Option(min=2, help="Queries per row strategy.")] = 50,
+    gibo_dimension: Annotated[int, typer.Option(min=1, help="DP-GIBO's dimension d.")] = 20,
+    gibo_steps: Annotated[int, typer.Option(min=1, help="DP-GIBO steps timed.")] = 10,
+    seed: Annotated[int, typer.Option(help="Benchmark seed.")] = 0,
+) -> None:
+    """The modeler's cost of one step of every strategy (and DP-GIBO's curator oracle) at n rows."""
+    from shared.bench.steps import main as run
+
+    run(
+        json_path=json_path,
+        n=n,
+        queries=queries,
+        seed=seed,
+        gibo_dimension=gibo_dimension,
+        gibo_steps=gibo_steps,
+    )
+
+
 @bench_app.command("service")
 def bench_service(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,

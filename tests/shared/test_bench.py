@@ -159,3 +159,25 @@ def test_cli_bench_synthetic_rejects_an_unknown_strategy():
     result = CliRunner().invoke(app, ["bench", "synthetic", "--strategies", "gp-ucb,nope", "--runs", "1"])
     assert result.exit_code == 2
     assert "unknown strategy ['nope']" in result.output
+
+
+def test_cli_bench_steps_small(tmp_path):
+    """`pobo bench steps`: every registry strategy through its round interface, DP-GIBO's two sides and the
+    FTS-DE agent step, each with its time per query and cost formula."""
+    from shared.bo.strategies.base import REGISTRY
+
+    out = tmp_path / "steps.json"
+    args = ["bench", "steps", "--n", "600", "--queries", "6", "--gibo-dimension", "2", "--gibo-steps", "2"]
+    result = CliRunner().invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    row_strategies = {name for name, cls in REGISTRY.items() if cls.runs_on == "release"}
+    assert set(report["rows"]) == row_strategies  # every row strategy of the registry is timed
+    for row in report["rows"].values():
+        assert row["queries"] == 6 and 0 < row["ms_per_query_tail"] <= row["ms_per_query_max"]
+        assert row["formula"].startswith("O(")
+    assert report["rows"]["gp-bucb"]["rounds"] == 2 and report["rows"]["moma-gp-ucb"]["rounds"] < 6
+    gibo, agent = report["dp_gibo"], report["fts_agent"]
+    assert gibo["d"] == 2 and gibo["steps"] == 2 and gibo["plan_ms_mean"] > 0 and gibo["oracle_ms_mean"] > 0
+    assert agent["n_candidates"] == 1024 and agent["choose_ms_mean"] > 0
+    assert "| gp-ucb |" in result.output or "gp-ucb" in result.output

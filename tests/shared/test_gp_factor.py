@@ -122,3 +122,18 @@ def test_split_covers_the_range_once_and_raises_errors(monkeypatch: pytest.Monke
     starts.clear()
     split(mark, 10)  # small: one slice, no pool
     assert starts == [0]
+
+
+def test_row_details_are_the_acquisition_at_that_row() -> None:
+    from shared.bo.strategies.gp_ucb import GPUCB, row_details
+
+    Z = np.random.default_rng(6).standard_normal((500, 3))
+    engine = GPUCB(Z, hyperparameters=HP, prior_mean="empirical")
+    for i, y in [(10, 0.4), (20, -0.3), (30, 1.2)]:
+        engine.observe(i, y)
+    ucb, beta, _ = engine.acquisition()
+    for index in (0, 10, 499, engine.suggest().index):
+        details = row_details(engine, index, source="x")
+        assert details["acquisition"] == ucb[index] and details["beta"] == beta
+        assert (details["mean"], details["std"]) == (engine.gp.mean()[index], engine.gp.std()[index])
+    assert row_details(engine, 10, source="x")["acquisition"] == -np.inf  # queried rows are excluded

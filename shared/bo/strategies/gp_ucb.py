@@ -238,12 +238,16 @@ def initial_rows(params: GPUCBParams, *, n: int, budget: int, rng: np.random.Gen
 
 
 def row_details(engine: GPUCB, index: int, *, source: str) -> dict[str, Any]:
-    """The audit numbers of choosing ``index`` now: UCB value, beta_t, posterior mean/std, hyper-params."""
-    ucb, beta, _t = engine.acquisition()
+    """The audit numbers of choosing ``index`` now: UCB value, beta_t, posterior mean/std, hyper-params.
+
+    Computed at that one row (the UCB over all n is what ``suggest`` already did): the same arithmetic as
+    ``engine.acquisition()[0][index]``, -inf for a queried row when queried rows are excluded."""
+    beta = gp_ucb_beta(engine.n, engine.gp.t + 1, engine.delta_prime)
     mean, std = engine.gp.posterior_at(index)
+    excluded = engine.exclude_queried and bool(engine._queried[int(index)])
     return {
         "source": source,
-        "acquisition": float(ucb[index]),
+        "acquisition": -math.inf if excluded else mean + math.sqrt(beta) * std,
         "beta": float(beta),
         "mean": mean,
         "std": std,
