@@ -14,8 +14,11 @@ repetition also pays for faulting in fresh memory (on a virtual machine whose ho
 ~2 ms per MB: more than reading it), the best is the steady state, and both are reported.
 
 ``reference_choices`` is the textbook float64 loop (one growing array, one numpy pass per operation); the
-benchmark checks that the optimised loop makes the same T choices. ``bench_large`` runs n = 10^7, T = 50 with
-the factor in memory-mapped files (``spill="always"``), reporting its time per step.
+benchmark checks that the optimised loop makes the same T choices. It also times the loop with the factor
+stored in float32 (``factor_dtype="float32"``: half the bytes) and measures, stepping both loops side by
+side, the largest difference between its UCB values and the float64 loop's over every candidate and step.
+``bench_large`` runs n = 10^7, T = 50 with the factor in memory-mapped files (``spill="always"``),
+reporting its time per step.
 """
 
 from __future__ import annotations
@@ -126,17 +129,40 @@ def reference_choices(Z: np.ndarray, f: np.ndarray, first: int, T: int) -> list[
     return chosen
 
 
+def float32_difference(Z: np.ndarray, f: np.ndarray, first: int, T: int) -> dict[str, Any]:
+    """The float64 and float32-factor loops stepped side by side: the largest |UCB difference| over every
+    candidate and step (up to the first different choice, if any) and how many of the T choices agree."""
+    engines = [
+        GPUCB(Z, hyperparameters=HP, prior_mean="zero", delta_prime=DELTA_PRIME, factor_dtype=dtype)
+        for dtype in ("float64", "float32")
+    ]
+    worst, same, diverged = 0.0, 0, None
+    for engine in engines:
+        engine.observe(first, float(f[first]))
+    for step in range(T):
+        (u64, _, _), (u32, _, _) = (engine.acquisition() for engine in engines)
+        finite = np.isfinite(u64)
+        if diverged is None:
+            worst = max(worst, float(np.abs(u64[finite] - u32[finite]).max()))
+        choices = [int(np.argmax(u64)), int(np.argmax(u32))]
+        same += choices[0] == choices[1]
+        if choices[0] != choices[1] and diverged is None:
+            diverged = step
+        for engine, i in zip(engines, choices, strict=True):
+            engine.observe(i, float(f[i]))
+    for engine in engines:
+        engine.gp.factor.release()
+    return {"max_abs_ucb_difference": worst, "same_choices": same, "first_different_step": diverged}
+
+
 def bench_floor(n: int, seed: int, T: int = 100, repeats: int = 3) -> dict[str, Any]:
-    """The loop at n, T vs its floors, best of ``repeats`` fresh loops; choices checked against
-    ``reference_choices``."""
+    """The loop at n, T vs its floors, best of ``repeats`` fresh loops, with the float64 factor (exact: its
+    choices are checked against ``reference_choices``) and with the float32 factor (its UCB difference to the
+    float64 loop measured by ``float32_difference``)."""
     Z, f, first = problem(n, seed, T)
     bandwidth = read_bandwidth(n)
-    runs = [run_loop(Z, f, first, T) for _ in range(repeats)]
-    seconds = [s for s, _ in runs]
-    reference = reference_choices(Z, f, first, T)
     floor = loop_floor(n, T, bandwidth["bytes_per_s"])
-    best = min(seconds)
-    return {
+    report: dict[str, Any] = {
         "n": n,
         "r": R,
         "T": T,
@@ -146,15 +172,24 @@ def bench_floor(n: int, seed: int, T: int = 100, repeats: int = 3) -> dict[str, 
         "floor_seconds": floor["seconds"],
         "full_floor_bytes": floor["full_bytes"],
         "full_floor_seconds": floor["full_seconds"],
-        "seconds": best,
-        "first_seconds": seconds[0],
-        "all_seconds": seconds,
-        "ratio_to_floor": best / floor["seconds"],
-        "ratio_to_full_floor": best / floor["full_seconds"],
-        "same_choices_as_reference": int(sum(a == b for a, b in zip(runs[0][1], reference, strict=True))),
-        "same_choices_across_repeats": all(c == runs[0][1] for _, c in runs),
         "target": {"ratio_to_floor": "<= 1.5 (issue 18)"},
     }
+    reference = reference_choices(Z, f, first, T)
+    for dtype in ("float64", "float32"):
+        runs = [run_loop(Z, f, first, T, factor_dtype=dtype) for _ in range(repeats)]
+        seconds = [s for s, _ in runs]
+        best = min(seconds)
+        report[dtype] = {
+            "seconds": best,
+            "first_seconds": seconds[0],
+            "all_seconds": seconds,
+            "ratio_to_floor": best / floor["seconds"],
+            "ratio_to_full_floor": best / floor["full_seconds"],
+            "same_choices_as_reference": int(sum(a == b for a, b in zip(runs[0][1], reference, strict=True))),
+            "same_choices_across_repeats": all(c == runs[0][1] for _, c in runs),
+        }
+    report["float32"]["versus_float64"] = float32_difference(Z, f, first, T)
+    return report
 
 
 def bench_large(n: int, seed: int, T: int = 50, spill_directory: Path | None = None) -> dict[str, Any]:

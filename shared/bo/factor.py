@@ -24,7 +24,7 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -55,10 +55,10 @@ def _give_back(blocks: list[FloatArray]) -> None:
             _spares.pop(0)
 
 
-def _take_spare(shape: tuple[int, int]) -> FloatArray | None:
+def _take_spare(shape: tuple[int, int], dtype: np.dtype[Any]) -> Any:
     with _spares_lock:
         for k, block in enumerate(_spares):
-            if block.shape == shape:
+            if block.shape == shape and block.dtype == dtype:
                 return _spares.pop(k)
     return None
 
@@ -81,6 +81,10 @@ class FactorRows:
     ``spill``: ``"auto"`` memory-maps a block into ``spill_directory`` only when it would not fit in memory,
     ``"always"`` memory-maps every block (``spill_directory`` or the system temporary directory), ``"never"``
     keeps every block in memory.
+
+    ``dtype`` float32 stores the rows rounded to single precision (half the bytes to read per step) and
+    forms ``x^T A`` with single-precision BLAS (``sgemv``); the caller works in float64 on a copy of each row
+    and stores it rounded (``shared.bo.gp``). The default float64 is exact.
     """
 
     def __init__(
@@ -90,8 +94,13 @@ class FactorRows:
         block_rows: int = BLOCK_ROWS,
         spill: Literal["auto", "always", "never"] = "auto",
         spill_directory: str | Path | None = None,
+        dtype: type[np.floating[Any]] = np.float64,
     ) -> None:
         self.n = int(n)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
+            raise ValueError(f"the factor is float64 or float32, not {self.dtype}")
+        self._g: Any = None  # project()'s result buffer
         self.block_rows = int(block_rows)
         self.spill = spill
         self.spill_directory = Path(spill_directory) if spill_directory is not None else None
@@ -115,14 +124,14 @@ class FactorRows:
 
     def _new_block(self) -> FloatArray:
         shape = (self.block_rows, self.n)
-        nbytes = 8 * self.block_rows * self.n
+        nbytes = self.dtype.itemsize * self.block_rows * self.n
         if not self._spills(nbytes):
-            spare = _take_spare(shape)
-            return spare if spare is not None else np.empty(shape)
+            spare = _take_spare(shape, self.dtype)
+            return spare if spare is not None else np.empty(shape, dtype=self.dtype)
         fh = tempfile.TemporaryFile(dir=self.spill_directory)  # noqa: SIM115 - closed in release()
         fh.truncate(nbytes)
         self._files.append(fh)
-        block: FloatArray = np.memmap(fh, dtype=np.float64, mode="r+", shape=shape)
+        block: FloatArray = np.memmap(fh, dtype=self.dtype, mode="r+", shape=shape)
         return block
 
     def clear(self) -> None:
@@ -170,9 +179,13 @@ class FactorRows:
 
     # -- products --------------------------------------------------------------------------------------
     def gemv_into(self, x: FloatArray, y: FloatArray, *, alpha: float, beta: float) -> None:
-        """``y <- beta y + alpha x^T A`` in place, x [t], y [n] (contiguous): one BLAS dgemv per block, each
-        reading its rows once (the first block applies ``beta``; with t = 0, ``y <- beta y``)."""
+        """``y <- beta y + alpha x^T A`` in place, x [t], y [n] float64 (contiguous), float64 factor: one
+        BLAS dgemv per block, each reading its rows once (the first block applies ``beta``; with t = 0,
+        ``y <- beta y``). A float32 factor uses ``project``."""
         from scipy.linalg.blas import dgemv
+
+        if self.dtype != np.float64:
+            raise ValueError("gemv_into needs a float64 factor; a float32 one uses project()")
 
         start, scale = 0, float(beta)
         for block in self._used():
@@ -182,14 +195,32 @@ class FactorRows:
         if start == 0 and scale != 1.0:
             y *= scale
 
+    def project(self, x: npt.ArrayLike) -> Any:
+        """``x^T A`` [n] in the factor's precision (float32: sgemv, single-precision sums), one BLAS call per
+        block into a buffer reused by the next call; None when t = 0."""
+        from scipy.linalg.blas import dgemv, sgemv
+
+        blocks = self._used()
+        if not blocks:
+            return None
+        if self._g is None:
+            self._g = np.empty(self.n, dtype=self.dtype)
+        gemv = sgemv if self.dtype == np.float32 else dgemv
+        g, xs, start = self._g, np.asarray(x, dtype=self.dtype), 0
+        for block in blocks:
+            rows = block.shape[0]
+            gemv(1.0, block.T, xs[start : start + rows], beta=0.0 if start == 0 else 1.0, y=g, overwrite_y=1)
+            start += rows
+        return g
+
     def columns(self, indices: npt.NDArray[np.int64]) -> FloatArray:
-        """``A[:, indices]`` [t, p]."""
+        """``A[:, indices]`` [t, p] (float64)."""
         parts = [block[:, indices] for block in self._used()]
-        return np.concatenate(parts, axis=0) if parts else np.empty((0, indices.size))
+        return np.concatenate(parts, axis=0).astype(np.float64) if parts else np.empty((0, indices.size))
 
     def gram_rows(self, indices: npt.NDArray[np.int64]) -> FloatArray:
-        """``A[:, indices]^T A`` [p, n], block by block."""
+        """``A[:, indices]^T A`` [p, n], block by block (in float64 whatever the storage)."""
         out = np.zeros((indices.size, self.n))
         for block in self._used():
-            out += block[:, indices].T @ block
+            out += np.asarray(block[:, indices].T, dtype=np.float64) @ np.asarray(block, dtype=np.float64)
         return out

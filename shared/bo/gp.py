@@ -111,6 +111,7 @@ class GaussianProcess:
         jitter: float = DEFAULT_JITTER,
         spill: Literal["auto", "always", "never"] = "auto",
         spill_directory: str | Path | None = None,
+        factor_dtype: Literal["float64", "float32"] = "float64",
     ) -> None:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         if Z.ndim != 2 or Z.shape[0] < 1:
@@ -124,6 +125,9 @@ class GaussianProcess:
         self.prior_mean = prior_mean
         self.jitter = float(jitter)
         self.spill, self.spill_directory = spill, spill_directory
+        if factor_dtype not in ("float64", "float32"):
+            raise InputDataError(f'factor_dtype must be "float64" or "float32", got {factor_dtype!r}')
+        self.factor_dtype = factor_dtype
         self.hp = hyperparameters
         self._reset()
 
@@ -134,7 +138,12 @@ class GaussianProcess:
         self._y = np.empty(cap)
         self._L = np.zeros((cap, cap))
         if getattr(self, "_A", None) is None:
-            self._A = FactorRows(self.n, spill=self.spill, spill_directory=self.spill_directory)
+            self._A = FactorRows(
+                self.n,
+                spill=self.spill,
+                spill_directory=self.spill_directory,
+                dtype=np.float32 if self.factor_dtype == "float32" else np.float64,
+            )
         self._A.clear()  # (its blocks are kept for the rebuild's rows)
         self._w = np.empty(cap)  # L^{-1} y
         self._u = np.empty(cap)  # L^{-1} 1
@@ -143,6 +152,7 @@ class GaussianProcess:
         self._q = np.zeros(self.n)  # A^T L^{-1} 1
         self._var = np.full(self.n, float(self.hp.signal_variance))
         self._scratch = np.empty(self.n)
+        self._row = np.empty(self.n) if self.factor_dtype == "float32" else None  # the new row, in float64
         ls = np.asarray(self.hp.lengthscale, dtype=np.float64)
         r = self.Z.shape[1]
         # [Z / l ; -|Z / l|^2 / 2]^T as one [r + 1, n] array: k(Z_j, Z) is one dgemv over it (kernel_row)
@@ -233,14 +243,29 @@ class GaussianProcess:
         if self.t == self._idx.size:
             self._grow()
         t = self.t
-        a = self._A.next_row()  # [n], filled in place: k(Z_j, Z), then the new row of A
+        # [n], filled in place: k(Z_j, Z), then the new row of A (in A's next row, or in float64 beside a
+        # float32 factor, then stored rounded and read back so that p and the variance follow the stored A)
+        a = self._A.next_row() if self._row is None else self._row
         self._kernel_row_into(j, a)
         k_old = a[self._idx[:t]]  # k(Z_I, Z_j) [t]
         L = self._L[:t, :t]
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
         d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
         l_tt = math.sqrt(max(d2, self.jitter))
-        self._A.gemv_into(lvec, a, alpha=-1.0 / l_tt, beta=1.0 / l_tt)  # a = (k_row - l^T A) / l_tt
+        if self._row is None:
+            self._A.gemv_into(lvec, a, alpha=-1.0 / l_tt, beta=1.0 / l_tt)  # a = (k_row - l^T A) / l_tt
+        else:  # float32 factor: l^T A by sgemv, then a in float64, stored rounded and read back
+            g, row, inv = self._A.project(lvec), self._A.next_row(), 1.0 / l_tt
+
+            def make_row(s: slice) -> None:
+                part = a[s]
+                if g is not None:
+                    np.subtract(part, g[s], out=part)
+                part *= inv
+                row[s] = part
+                part[...] = row[s]
+
+            split(make_row, self.n)
         w = (float(y) - float(lvec @ self._w[:t])) / l_tt
         u = (1.0 - float(lvec @ self._u[:t])) / l_tt
         self._L[t, :t], self._L[t, t] = lvec, l_tt
@@ -280,6 +305,8 @@ class GaussianProcess:
         w = solve_triangular(L, y, lower=True, check_finite=False)
         u = solve_triangular(L, np.ones(t), lower=True, check_finite=False)
         self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
+        if self.factor_dtype == "float32":  # p and the variance follow the stored (rounded) factor
+            A = A.astype(np.float32).astype(np.float64)
         self._A.load(A)
         self._idx[:t], self._y[:t] = idx, y
         self._p, self._q = A.T @ w, A.T @ u

@@ -84,10 +84,15 @@ def test_cli_bench_perf_small(tmp_path):
     assert floor["floor_bytes"] == 8 * 3000 * 100 * 101 / 2
     assert floor["full_floor_bytes"] == floor["floor_bytes"] + 8 * 3000 * 15 * 101  # + Z for each kernel row
     assert floor["floor_seconds"] == pytest.approx(floor["floor_bytes"] / floor["bandwidth"]["bytes_per_s"])
-    assert floor["seconds"] == min(floor["all_seconds"]) and floor["first_seconds"] == floor["all_seconds"][0]
-    assert floor["ratio_to_floor"] == pytest.approx(floor["seconds"] / floor["floor_seconds"])
     assert floor["bandwidth"]["bytes_per_s"] >= floor["bandwidth"]["gemv_bytes_per_s"] > 0
-    assert floor["same_choices_as_reference"] == 100 and floor["same_choices_across_repeats"] is True
+    for dtype in ("float64", "float32"):
+        run = floor[dtype]
+        assert run["seconds"] == min(run["all_seconds"]) and run["first_seconds"] == run["all_seconds"][0]
+        assert run["ratio_to_floor"] == pytest.approx(run["seconds"] / floor["floor_seconds"])
+        assert run["same_choices_across_repeats"] is True
+    assert floor["float64"]["same_choices_as_reference"] == 100  # exact: the textbook loop's choices
+    versus = floor["float32"]["versus_float64"]
+    assert 0 < versus["max_abs_ucb_difference"] < 1e-4 and versus["same_choices"] == 100
     large = report["gp_loop_large"]  # factor memory-mapped
     assert large["n"] == 4000 and large["T"] == 50 and large["memory_mapped"] is True
     assert large["seconds_per_step"] == pytest.approx(large["seconds"] / 50)

@@ -137,3 +137,25 @@ def test_row_details_are_the_acquisition_at_that_row() -> None:
         assert details["acquisition"] == ucb[index] and details["beta"] == beta
         assert (details["mean"], details["std"]) == (engine.gp.mean()[index], engine.gp.std()[index])
     assert row_details(engine, 10, source="x")["acquisition"] == -np.inf  # queried rows are excluded
+
+
+def test_a_float32_factor_follows_the_float64_posterior_closely() -> None:
+    Z = np.random.default_rng(7).standard_normal((2000, 4))
+    obs = [(int(i), float(np.sin(i))) for i in np.random.default_rng(8).choice(2000, 40, replace=False)]
+    exact = GaussianProcess(Z, HP, prior_mean="empirical")
+    single = GaussianProcess(Z, HP, prior_mean="empirical", factor_dtype="float32")
+    for i, y in obs:
+        exact.add(i, y)
+        single.add(i, y)
+    assert single.factor.dtype == np.float32 and single.factor._blocks[0].dtype == np.float32
+    np.testing.assert_allclose(single.mean(), exact.mean(), atol=1e-4)
+    np.testing.assert_allclose(single.variance(), exact.variance(), atol=1e-4)
+    assert not np.array_equal(single.mean(), exact.mean())  # it is an approximation, not the same numbers
+    # the variance follows the stored (rounded) factor: s2 - sum of its squared columns
+    A = single.factor.columns(np.arange(2000))
+    np.testing.assert_allclose(single._var, HP.signal_variance - (A * A).sum(0), atol=1e-12)
+    np.testing.assert_allclose(single.covariance_rows([3]), exact.covariance_rows([3]), atol=1e-4)
+    single.refit(HP)  # the batch rebuild stores the factor rounded too
+    np.testing.assert_allclose(single.mean(), exact.mean(), atol=1e-4)
+    with pytest.raises(Exception, match="factor_dtype"):
+        GaussianProcess(Z, HP, factor_dtype="float16")  # type: ignore[arg-type]

@@ -79,7 +79,8 @@ class GPUCB:
     lengthscale). ``exclude_queried`` (the service default) never suggests a row twice; the paper's
     benchmark allows repeats. ``prior_mean`` is ``"empirical"`` (mean of the observed y) or ``"zero"``.
     ``spill`` / ``spill_directory``: where the GP's factor goes when it does not fit in memory
-    (``shared.bo.factor``).
+    (``shared.bo.factor``); ``factor_dtype="float32"`` halves the bytes each step reads (not exact: see
+    docs/performance.md for what it changes).
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class GPUCB:
         refit_schedule: Any = default_refit_schedule,
         spill: Literal["auto", "always", "never"] = "auto",
         spill_directory: str | Path | None = None,
+        factor_dtype: Literal["float64", "float32"] = "float64",
     ) -> None:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         gp_ucb_beta(max(1, Z.shape[0] if Z.ndim == 2 else 1), 1, delta_prime)  # validates delta_prime
@@ -105,7 +107,14 @@ class GPUCB:
             hp = hyperparameters
         else:
             raise InputDataError(f'hyperparameters must be "mle" or Hyperparameters, got {hyperparameters!r}')
-        self.gp = GaussianProcess(Z, hp, prior_mean=prior_mean, spill=spill, spill_directory=spill_directory)
+        self.gp = GaussianProcess(
+            Z,
+            hp,
+            prior_mean=prior_mean,
+            spill=spill,
+            spill_directory=spill_directory,
+            factor_dtype=factor_dtype,
+        )
         self.exclude_queried = exclude_queried
         self.refit_schedule = refit_schedule
         self._queried = np.zeros(self.gp.n, dtype=bool)
