@@ -167,7 +167,8 @@ class Grant(Base):
 
 
 class Query(Base):
-    """One "what is the outcome of row i?" question. Committed (pending) before the outcome is evaluated."""
+    """One "what is the outcome of row i?" question: committed with its answer (``column`` datasets) or
+    pending until the curator posts the measurement (``manual``)."""
 
     __tablename__ = "curator_queries"
     __table_args__ = (

@@ -11,15 +11,16 @@ queries table (committed before evaluation) and in the access log.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
-from curator_service.models import Query, Release
+from curator_service.models import Query, Release, utcnow
 from shared.servicekit.hashchain import ChainLink, Verification, link_hash, verify_links
 
-__all__ = ["append_to_chain", "query_payload", "verify_release_chain"]
+__all__ = ["append_to_chain", "complete_and_link", "lock_release", "query_payload", "verify_release_chain"]
 
 
 def query_payload(query: Any, seq: int) -> dict[str, Any]:
@@ -64,6 +65,54 @@ def append_to_chain(session: Session, query_id: int) -> None:
         .values(chain_count=seq, chain_head=digest)
         .execution_options(synchronize_session=False)
     )
+
+
+def lock_release(session: Session, release_id: int) -> None:
+    """Lock the release row for the rest of the transaction *before* a query of it is inserted.
+
+    PostgreSQL: ``SELECT ... FOR UPDATE``. A transaction that inserts a query holds a key-share lock on its
+    release (the foreign key) until it commits; two of them both waiting to append to the chain
+    (``FOR UPDATE``) would deadlock, so a transaction that inserts *and* answers takes the release lock
+    first (after the population lock, the order ``outputs.record_answer`` uses). SQLite: nothing to do,
+    the write transaction (``BEGIN IMMEDIATE``) is exclusive already.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(Release.id).where(Release.id == release_id).with_for_update())
+
+
+def complete_and_link(session: Session, query: Query, y: float, y_raw: float | None) -> None:
+    """Complete a query inserted (and flushed) by this very transaction and link it into its release's
+    chain: the same lock, order and payload as :func:`append_to_chain` after ``repository.complete_query``,
+    in three statements (lock and read the head, write answer and link, move the head).
+
+    The query is still pending (no other transaction can see it), so no first-writer check can fail. The
+    written values are set on ``query`` as committed state: the caller answers from it without a re-read.
+    """
+    session.flush()  # what ``admit`` added (the output charge) goes first, as an autoflush would send it
+    conn = session.connection()  # Core statements on the session's transaction: no ORM round trip
+    releases, queries = cast(Table, Release.__table__), cast(Table, Query.__table__)
+    head = select(releases.c.chain_count, releases.c.chain_head).where(releases.c.id == query.release_id)
+    count, prev = conn.execute(head.with_for_update()).one()
+    seq = int(count) + 1
+    values: dict[str, Any] = {"status": "complete", "y": y, "y_raw": y_raw, "completed_at": utcnow()}
+    payload = query_payload(query, seq) | {
+        "status": "complete",
+        "y": float(y),
+        "completed_at": values["completed_at"],
+    }
+    values |= {"chain_seq": seq, "prev_hash": prev, "hash": link_hash(prev, payload)}
+    result = conn.execute(
+        update(queries).where(queries.c.id == query.id, queries.c.status == "pending").values(**values)
+    )
+    if result.rowcount != 1:
+        raise RuntimeError(f"query {query.id} was not pending in the transaction that inserted it")
+    conn.execute(
+        update(releases)
+        .where(releases.c.id == query.release_id)
+        .values(chain_count=seq, chain_head=values["hash"])
+    )
+    for key, value in values.items():
+        set_committed_value(query, key, value)
 
 
 def verify_release_chain(session: Session, release_id: int) -> tuple[Verification, str]:

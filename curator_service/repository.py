@@ -150,6 +150,12 @@ def get_release(session: Session, release_id: int) -> Release | None:
     return session.get(Release, release_id)
 
 
+def get_granted_release(session: Session, release_id: int, partner_id: int) -> Release | None:
+    """The release if it exists and is granted to the partner (one statement), else None."""
+    granted = select(Grant.id).where(Grant.partner_id == partner_id, Grant.release_id == release_id).exists()
+    return session.scalars(select(Release).where(Release.id == release_id, granted)).one_or_none()
+
+
 def list_releases(
     session: Session, *, dataset_id: int | None = None, ids: Sequence[int] | None = None
 ) -> Sequence[Release]:
@@ -199,11 +205,6 @@ def grants_by_partner(session: Session) -> dict[int, list[int]]:
     for pid, rid in session.execute(select(Grant.partner_id, Grant.release_id).order_by(Grant.release_id)):
         out.setdefault(int(pid), []).append(int(rid))
     return out
-
-
-def has_grant(session: Session, partner_id: int, release_id: int) -> bool:
-    stmt = select(Grant.id).where(Grant.partner_id == partner_id, Grant.release_id == release_id)
-    return session.execute(stmt).first() is not None
 
 
 def add_grants(session: Session, partner_id: int, release_ids: Sequence[int]) -> None:

@@ -34,15 +34,37 @@ log = logging.getLogger("pobo.modeler")
 ClientFactory = Callable[[str, str], CuratorClient]
 
 
+@dataclass(frozen=True)
+class StudyFacts:
+    """The attributes of a study that never change after it is created and that planning a round reads
+    (copied out of the row, so they stay readable whatever happens to the session that loaded it)."""
+
+    id: str
+    strategy: str
+    seed: int | None
+    n: int
+    gradient_oracle_id: int | None
+    iterations_total: int
+
+    @classmethod
+    def of(cls, study: Study) -> StudyFacts:
+        return cls(
+            study.id, study.strategy, study.seed, study.n, study.gradient_oracle_id, study.iterations_total
+        )
+
+
 @dataclass
 class StudyState:
     """In-memory companions of a study: what its strategy runs on (Z, or a gradient oracle's domain), the
-    rebuilt strategy, and a curator client."""
+    rebuilt strategy with the rounds and queries it has observed, the study's fixed attributes, and a
+    curator client."""
 
     Z: npt.NDArray[np.float64] | None
     domain: GradientDomain | None = None
     strategy: Strategy[Any, Any] | None = None
     n_rounds: int = -1  # rounds the cached strategy has observed
+    n_queries: int = -1  # queries (audit entries) in those rounds; -1 with n_rounds -1
+    facts: StudyFacts | None = None
     client: CuratorClient | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -117,7 +139,7 @@ class Context:
             if not study.gradient_oracle:
                 raise StorageError(f"study {study.id} runs on a gradient oracle but has no oracle parameters")
             domain = GradientDomain.from_public(study.gradient_oracle)
-            return self.cache.put(study.id, StudyState(Z=None, domain=domain))
+            return self.cache.put(study.id, StudyState(Z=None, domain=domain, facts=StudyFacts.of(study)))
         if study.z_file is None or study.z_sha256 is None:
             raise StorageError(f"study {study.id} runs on a release but has no stored Z")
         path = self.data_dir / study.z_file
@@ -130,7 +152,7 @@ class Context:
             Z = np.load(path, allow_pickle=False)
         except OSError as exc:
             raise StorageError(f"the stored Z of study {study.id} cannot be read: {exc.strerror}") from exc
-        return self.cache.put(study.id, StudyState(Z=Z))
+        return self.cache.put(study.id, StudyState(Z=Z, facts=StudyFacts.of(study)))
 
     def client(self, study: Study) -> CuratorClient:
         state = self.state(study)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
 from modeler_service.audit import HASH_VERSION, entry_hash
-from modeler_service.context import Context
+from modeler_service.context import Context, StudyFacts
 from modeler_service.exceptions import Conflict, StorageError, UpstreamError
 from modeler_service.models import AuditEntry, Study, utcnow
 from modeler_service.schemas import RoundQuery
@@ -170,7 +170,7 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy[Any, 
             if len(missing) == study.rounds_done - state.n_rounds:
                 for answers in missing:
                     state.strategy.observe(answers)
-                state.n_rounds = study.rounds_done
+                state.n_rounds, state.n_queries = study.rounds_done, study.iterations_done
                 return state.strategy
         if state.strategy is None or state.n_rounds != study.rounds_done:
             rounds = repo.rounds(session, study.id)
@@ -181,7 +181,7 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy[Any, 
                     f"queries but its audit log has {len(rounds)} rounds and {recorded} entries"
                 )
             state.strategy = new_strategy(study, state.inputs, rounds)
-            state.n_rounds = len(rounds)
+            state.n_rounds, state.n_queries = len(rounds), recorded
         return state.strategy
 
 
@@ -191,26 +191,73 @@ def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> 
     with ctx.state(study).lock:  # no observe() of this study's strategy while it plans
         strategy = strategy_for(session, ctx, study)
         planned = strategy.plan(budget=budget, rng=round_rng(study.seed, round_no))
+    return _intent(StudyFacts.of(study), round_no, planned, budget)
+
+
+@dataclass(frozen=True)
+class CachedPlan:
+    """A round planned from the cache alone, and what it assumed of the study: that it had recorded
+    ``round - 1`` rounds and ``iterations_done`` queries, with ``budget`` requests allowed."""
+
+    intent: RoundIntent
+    iterations_done: int
+    budget: int
+
+    def fits(self, study: Study, budget: int) -> bool:
+        """Whether the study (as read under its write lock) is exactly what this plan assumed: no round in
+        flight, the same rounds and queries recorded, the same budget. Then ``plan_round`` in that
+        transaction would plan the very same round (same observed rounds, same round number and seed)."""
+        return (
+            study.pending_round is None
+            and study.rounds_done == self.intent.round - 1
+            and study.iterations_done == self.iterations_done
+            and budget == self.budget
+        )
+
+
+def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) -> CachedPlan | None:
+    """The next round planned by the cached strategy without reading the database, or None when the cache
+    has no caught-up strategy for the study (after a restart, a failed round) or its budget is used.
+
+    ``budget(iterations_total, iterations_done)``: the requests the round may have. The plan is a guess:
+    the caller checks it against the study row under the write lock (``CachedPlan.fits``) and plans again
+    from the database if the study moved (another worker process recorded a round meanwhile).
+    """
+    state = ctx.cache.get(study_id)
+    if state is None or state.facts is None:
+        return None
+    facts = state.facts
+    with state.lock:  # no observe() of this study's strategy while it plans
+        strategy, rounds_done, done = state.strategy, state.n_rounds, state.n_queries
+        if strategy is None or rounds_done < 0 or done < 0 or done >= facts.iterations_total:
+            return None
+        allowed = budget(facts.iterations_total, done)
+        planned = strategy.plan(budget=allowed, rng=round_rng(facts.seed, rounds_done + 1))
+    return CachedPlan(_intent(facts, rounds_done + 1, planned, allowed), done, allowed)
+
+
+def _intent(facts: StudyFacts, round_no: int, planned: Sequence[Any], budget: int) -> RoundIntent:
+    """The strategy's planned requests as the round's intent: checked, JSON-safe, each with its key."""
     if not 1 <= len(planned) <= budget:
         raise StrategyError(
-            f"strategy {study.strategy!r} planned {len(planned)} requests; a round has 1 to {budget}"
+            f"strategy {facts.strategy!r} planned {len(planned)} requests; a round has 1 to {budget}"
         )
     requests = []
-    kinds = get_strategy(study.strategy).kinds
+    kinds = get_strategy(facts.strategy).kinds
     for j, req in enumerate(planned):
-        key = request_key(study.id, round_no, j)
+        key = request_key(facts.id, round_no, j)
         details = _json_safe(dict(req.details))
         json.dumps(details, allow_nan=False)  # fails here rather than in the audit chain
-        if isinstance(req, RowRequest) and "row" in kinds and 0 <= int(req.index) < study.n:
+        if isinstance(req, RowRequest) and "row" in kinds and 0 <= int(req.index) < facts.n:
             requests.append(PlannedRequest(j, "row", int(req.index), details, key))
         elif (
-            isinstance(req, GradientRequest) and "gradient" in kinds and study.gradient_oracle_id is not None
+            isinstance(req, GradientRequest) and "gradient" in kinds and facts.gradient_oracle_id is not None
         ):
             body = req.body()
             json.dumps(body, allow_nan=False)
             requests.append(PlannedRequest(j, "gradient", None, details, key, body=body))
         else:
-            raise StrategyError(f"strategy {study.strategy!r} planned an invalid request {req!r}")
+            raise StrategyError(f"strategy {facts.strategy!r} planned an invalid request {req!r}")
     return RoundIntent(round_no, tuple(requests))
 
 
@@ -222,6 +269,25 @@ def round_outcome(
     with ctx.state(study).lock:
         strategy = strategy_for(session, ctx, study)
         outcome = strategy.outcome(answers_of(intent, answers))
+    return _checked_outcome(study, intent, outcome)
+
+
+def cached_outcome(
+    ctx: Context, study: Study, intent: RoundIntent, answers: Sequence[CuratorAnswer]
+) -> RoundOutcome | None:
+    """``round_outcome`` without a session when the cached strategy has observed exactly the rounds before
+    this one (the usual case: it just planned it); None when it would need the database."""
+    state = ctx.cache.get(study.id)
+    if state is None:
+        return None
+    with state.lock:
+        if state.strategy is None or state.n_rounds != study.rounds_done:
+            return None
+        outcome = state.strategy.outcome(answers_of(intent, answers))
+    return _checked_outcome(study, intent, outcome)
+
+
+def _checked_outcome(study: Study, intent: RoundIntent, outcome: RoundOutcome) -> RoundOutcome:
     if len(outcome.details) != len(intent.requests):
         raise StrategyError(
             f"strategy {study.strategy!r} reported {len(outcome.details)} outcomes for "
@@ -367,5 +433,6 @@ def observe_cached(
         if state.strategy is not None and state.n_rounds == intent.round - 1:
             state.strategy.observe(answers_of(intent, queries))
             state.n_rounds = intent.round
+            state.n_queries += len(intent.requests)
         else:
-            state.strategy, state.n_rounds = None, -1
+            state.strategy, state.n_rounds, state.n_queries = None, -1, -1

@@ -2,8 +2,9 @@
 
 One round, in short transactions around the two slow parts (the strategy's arithmetic and the curator)::
 
-    read study; if no intent: plan the round (strategy)   -- no lock held while the strategy works
-    tx: write-ahead intent (round, requests, their numbers and Idempotency-Keys)   -- survives a crash
+    plan the round with the cached strategy (else: read study; if no intent: plan it)   -- no lock held
+    tx: claim, check the plan against the row (moved: roll back, plan from a read as above), write-ahead
+        intent (round, requests, their numbers and Idempotency-Keys)   -- survives a crash
     curator: POST /v1/releases/{id}/queries per row request, or POST /v1/gradient-oracles/{id}/steps with
              the body written ahead per gradient request; Idempotency-Key = shared.protocol.keys.request_key
              (a "manual" dataset: pending queries; the study is awaiting_measurement and long-polls
@@ -28,6 +29,8 @@ import logging
 import threading
 import time
 from datetime import timedelta
+
+from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
 from modeler_service import rounds, service
@@ -71,36 +74,7 @@ class Stepper:
         """
         ctx = self.ctx
         t_start = time.perf_counter()
-        plan_s = 0.0
-        proposal: RoundIntent | None = None
-        # The strategy plans before the write transaction, so that no other study waits for it (on SQLite
-        # the write lock is one for the whole database); a cache rebuild after a restart may take seconds.
-        with transaction(ctx.db, write=False) as session:
-            study = service.get_study(session, study_id)
-            if RoundIntent.of(study) is None and study.iterations_done < study.iterations_total:
-                t0 = time.perf_counter()
-                proposal = rounds.plan_round(session, ctx, study, budget=_budget(study, settle_at, claim))
-                plan_s += time.perf_counter() - t0
-        with transaction(ctx.db) as session:
-            study = service.claim_step(session, study_id) if claim else service.get_study(session, study_id)
-            intent = RoundIntent.of(study)
-            if intent is None:
-                if study.iterations_done >= study.iterations_total:
-                    raise Conflict(
-                        f"study {study_id} is done: all {study.iterations_total} iterations are used"
-                    )
-                budget = _budget(study, settle_at, claim)
-                if (
-                    proposal is None
-                    or proposal.round != study.rounds_done + 1
-                    or len(proposal.requests) > budget
-                ):
-                    t0 = time.perf_counter()  # the study moved since it was read: plan again
-                    proposal = rounds.plan_round(session, ctx, study, budget=budget)
-                    plan_s += time.perf_counter() - t0
-                intent = proposal
-                target = study.iterations_done + len(intent.requests) if claim else None
-                rounds.save_intent(session, study, intent, run_target=target)
+        study, intent, plan_s = self._begin_round(study_id, claim=claim, settle_at=settle_at)
 
         t_curator = time.perf_counter()
         db_s = t_curator - t_start - plan_s  # the claim/intent transaction (and a cache warm-up, if any)
@@ -143,8 +117,10 @@ class Stepper:
         curator_s = time.perf_counter() - t_curator
 
         t0 = time.perf_counter()
-        with transaction(ctx.db, write=False) as session:
-            outcome = rounds.round_outcome(session, ctx, study, intent, queries)
+        outcome = rounds.cached_outcome(ctx, study, intent, queries)
+        if outcome is None:  # the cache was dropped or is behind: catch up from the database
+            with transaction(ctx.db, write=False) as session:
+                outcome = rounds.round_outcome(session, ctx, study, intent, queries)
         plan_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         with transaction(ctx.db) as session:
@@ -154,6 +130,72 @@ class Stepper:
         plan_s += time.perf_counter() - t1
         db_s += t1 - t0
         return self._result(intent, study, queries, plan_s, curator_s, db_s, t_start)
+
+    def _begin_round(
+        self, study_id: str, *, claim: bool, settle_at: int | None
+    ) -> tuple[Study, RoundIntent, float]:
+        """Claim (with ``claim``) and read the study under its write lock, and commit the write-ahead intent
+        of its next round unless one is already in flight. Returns the study as read, the round's intent
+        and the seconds the strategy spent planning.
+
+        The strategy plans before the write transaction, so that no other study waits for it (on SQLite
+        the write lock is one for the whole database). Usually the cached strategy plans without reading
+        the database (``rounds.plan_cached``) and the write transaction checks the guess against the row
+        (``CachedPlan.fits``); if the study moved meanwhile (another worker process recorded a round), that
+        transaction is rolled back, claim included, and the round is planned as without a cache: from a
+        read transaction, then checked again under the write lock (and re-planned there if it moved again).
+        """
+        ctx = self.ctx
+        t0 = time.perf_counter()
+        cached = rounds.plan_cached(
+            ctx, study_id, lambda total, done: _allowed(total, done, settle_at, claim)
+        )
+        plan_s = time.perf_counter() - t0
+        if cached is not None:
+            try:
+                with transaction(ctx.db) as session:
+                    study = self._claim(session, study_id, claim)
+                    intent = RoundIntent.of(study)
+                    if intent is None:
+                        _check_budget_left(study)
+                        if not cached.fits(study, _budget(study, settle_at, claim)):
+                            raise _Moved
+                        intent = cached.intent
+                        target = study.iterations_done + len(intent.requests) if claim else None
+                        rounds.save_intent(session, study, intent, run_target=target)
+                return study, intent, plan_s
+            except _Moved:
+                pass
+        proposal: RoundIntent | None = None
+        with transaction(ctx.db, write=False) as session:
+            study = service.get_study(session, study_id)
+            if RoundIntent.of(study) is None and study.iterations_done < study.iterations_total:
+                t0 = time.perf_counter()
+                proposal = rounds.plan_round(session, ctx, study, budget=_budget(study, settle_at, claim))
+                plan_s += time.perf_counter() - t0
+        with transaction(ctx.db) as session:
+            study = self._claim(session, study_id, claim)
+            intent = RoundIntent.of(study)
+            if intent is None:
+                _check_budget_left(study)
+                budget = _budget(study, settle_at, claim)
+                if (
+                    proposal is None
+                    or proposal.round != study.rounds_done + 1
+                    or len(proposal.requests) > budget
+                ):
+                    t0 = time.perf_counter()  # the study moved since it was read: plan again
+                    proposal = rounds.plan_round(session, ctx, study, budget=budget)
+                    plan_s += time.perf_counter() - t0
+                intent = proposal
+                target = study.iterations_done + len(intent.requests) if claim else None
+                rounds.save_intent(session, study, intent, run_target=target)
+        return study, intent, plan_s
+
+    @staticmethod
+    def _claim(session: Session, study_id: str, claim: bool) -> Study:
+        """The study under its write lock (claimed for this one round with ``claim``)."""
+        return service.claim_step(session, study_id) if claim else service.get_study(session, study_id)
 
     def _send(self, client: CuratorClient, study: Study, req: PlannedRequest, what: str) -> CuratorAnswer:
         """One request of the round to the curator (a repeat of a sent one returns the curator's record)."""
@@ -222,11 +264,27 @@ class Stepper:
 
 
 def _budget(study: Study, settle_at: int | None, claim: bool) -> int:
-    """How many requests the next round may have: up to the run's target (a step: the whole budget left)."""
-    limit = study.iterations_total
+    """How many requests the study's next round may have (``_allowed``)."""
+    return _allowed(study.iterations_total, study.iterations_done, settle_at, claim)
+
+
+def _allowed(total: int, done: int, settle_at: int | None, claim: bool) -> int:
+    """How many requests the next round may have, of a budget of ``total`` with ``done`` used: up to the
+    run's target (a step: the whole budget left)."""
+    limit = total
     if not claim and settle_at is not None and settle_at > 0:
         limit = min(limit, settle_at)
-    return max(1, limit - study.iterations_done)
+    return max(1, limit - done)
+
+
+def _check_budget_left(study: Study) -> None:
+    """409 when the study, with no round in flight, has used all its iterations."""
+    if study.iterations_done >= study.iterations_total:
+        raise Conflict(f"study {study.id} is done: all {study.iterations_total} iterations are used")
+
+
+class _Moved(Exception):
+    """The study moved since the cached strategy planned its round (rolls back the claim transaction)."""
 
 
 class RunnerRegistry:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import Forbidden, Unauthorized
-from curator_service.services.auth import Principal, authenticate
+from curator_service.services.auth import Principal, authenticate, authenticate_in
 from curator_service.storage import ArrayStore
 from shared.servicekit.db import READ_METHODS, request_session
 
@@ -74,6 +74,26 @@ def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
+def get_partner_in_session(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    session: SessionDep,
+) -> Principal:
+    """A partner principal authenticated inside the request's own transaction (one transaction fewer than
+    :func:`get_principal`; a revocation committed before the request is seen all the same).
+
+    The partner row stays in the session, so the route reads it again without a statement. 401 for a
+    missing, invalid or revoked token and 403 for the admin token, as :func:`require_partner`.
+    """
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
+    principal = authenticate_in(session, get_components(request).admin_token_hash, credentials.credentials)
+    if principal is None:
+        raise Unauthorized("invalid or revoked token")
+    request.state.principal = principal
+    return require_partner(principal)
+
+
 def require_admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise Forbidden("this endpoint needs the curator's admin token; a partner token is not allowed")
@@ -91,3 +111,5 @@ def require_partner(principal: PrincipalDep) -> Principal:
 
 AdminDep = Annotated[Principal, Depends(require_admin)]
 PartnerDep = Annotated[Principal, Depends(require_partner)]
+#: :data:`PartnerDep` authenticated in the request's session (routes that use ``SessionDep`` anyway).
+PartnerInSessionDep = Annotated[Principal, Depends(get_partner_in_session)]

@@ -6,6 +6,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from curator_service import repository as repo
 from curator_service.db import Database
 
@@ -31,14 +33,28 @@ def hash_token(token: str) -> str:
 
 
 def authenticate(db: Database, admin_token_hash: str, token: str) -> Principal | None:
-    """The principal of a bearer token, or None. Comparisons are constant-time on sha256 digests."""
+    """The principal of a bearer token, or None, read in a short read transaction of its own."""
+    if hmac.compare_digest(hash_token(token), admin_token_hash):
+        return Principal("admin")
+    with db.session(write=False) as session:
+        return authenticate_in(session, admin_token_hash, token)
+
+
+def authenticate_in(session: Session, admin_token_hash: str, token: str) -> Principal | None:
+    """The principal of a bearer token, or None, read in the caller's transaction (so a revocation committed
+    before it is seen, and the partner row stays in the session's identity map for the rest of it).
+
+    Comparisons are constant-time on sha256 digests.
+    """
     digest = hash_token(token)
     if hmac.compare_digest(digest, admin_token_hash):
         return Principal("admin")
-    with db.session(write=False) as session:
-        partner = repo.get_partner_by_token_hash(session, digest)
-        if partner is None or not hmac.compare_digest(partner.token_hash, digest):
-            return None
-        if partner.revoked_at is not None:
-            return None
-        return Principal("partner", partner.id)
+    partner = repo.get_partner_by_token_hash(session, digest)
+    if partner is None or not hmac.compare_digest(partner.token_hash, digest):
+        return None
+    if partner.revoked_at is not None:
+        return None
+    # The identity map holds its rows weakly: this reference keeps the partner row there for the rest of
+    # the session, so ``repository.get_partner`` finds it without a statement.
+    session.info["authenticated_partner"] = partner
+    return Principal("partner", partner.id)

@@ -187,16 +187,27 @@ def _charge(dataset: Dataset, query: Query, epsilon: float | None) -> OutputChar
     )
 
 
-def record_answer(session: Session, query: Query, dataset: Dataset, measured: float) -> bool:
+def record_answer(
+    session: Session, query: Query, dataset: Dataset, measured: float, *, inserted: bool = False
+) -> bool:
     """Complete ``query`` with its answer to ``measured`` (privatised under its partner's grant) and link it
-    into the query log, with the cached repeats waiting on it. False when it was complete already."""
+    into the query log, with the cached repeats waiting on it. False when it was complete already.
+
+    ``inserted``: the query was inserted by this same transaction (after ``admit``, which took the
+    population lock already, and ``querylog.lock_release``). Nothing else has seen it, so it is pending and
+    no repeat waits on it: it is completed and linked in one go (``querylog.complete_and_link``).
+    """
     policy = policy_of(repo.get_partner(session, query.partner_id)) if query.output_key is not None else None
     if policy is None:
         answered, raw = measured, None
     else:
-        repo.lock_population(session, dataset.population_id)
+        if not inserted:
+            repo.lock_population(session, dataset.population_id)
         answered = float(policy.mechanism.privatise(measured))
         raw = measured if policy.store_raw else None
+    if inserted:
+        querylog.complete_and_link(session, query, answered, raw)
+        return True
     if not repo.complete_query(session, query.id, answered, y_raw=raw):
         return False
     querylog.append_to_chain(session, query.id)

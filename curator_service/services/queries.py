@@ -1,7 +1,9 @@
 """Outcome queries: a partner asks for row i's outcome; the curator answers from the column or by hand.
 
-Every query is committed (and charged to the partner's quota, and to its person's output ledger) before it
-is answered, and joins the release's hash-chained query log when its outcome is recorded (``querylog.py``).
+Every query is committed (and charged to the partner's quota, and to its person's output ledger) before its
+answer is sent: a ``column`` query together with its answer, in one transaction; a ``manual`` one as pending,
+before it is answered. It joins the release's hash-chained query log when its outcome is recorded
+(``querylog.py``).
 A partner with output privacy gets CTL-privatised answers (``outputs.py``); one without gets outcomes as they
 are measured (``noise_std`` is simulation noise for retrospective pilots, not a privacy mechanism).
 """
@@ -40,8 +42,9 @@ def _column_outcome(store: ArrayStore, dataset: Dataset, index: int) -> float:
 
 
 def _settle(session: Session, store: ArrayStore, query: Query) -> Query:
-    """Evaluate a pending ``column`` query, or a cached repeat whose first answer is in (idempotent: the
-    first completion wins), and commit."""
+    """Evaluate a committed pending ``column`` query, or a cached repeat whose first answer is in (idempotent:
+    the first completion wins), and commit. Used for replays and crash recovery; a new ``column`` query is
+    answered in the transaction that inserts it (``create_query``)."""
     if query.status != "pending":
         return query
     if query.source_query_id is not None:
@@ -53,9 +56,9 @@ def _settle(session: Session, store: ArrayStore, query: Query) -> Query:
             return query
         # same transaction: the (privatised) outcome and its chain link
         outputs.record_answer(session, query, dataset, _column_outcome(store, dataset, query.row_index))
-    session.commit()  # deliberate: the outcome is on record before it is sent
-    fresh = repo.refresh_query(session, query.id)
+    fresh = repo.refresh_query(session, query.id)  # what is committed next, read before the commit
     assert fresh is not None
+    session.commit()  # deliberate: the outcome is on record before it is sent
     return fresh
 
 
@@ -85,11 +88,14 @@ def create_query(
     4. its person's output ledger is charged (``outputs.admit``: a raw answer is recorded as unbounded; a
        repeat under a cached-answer grant is free and points at the row's first noisy answer; past
        ``max_epsilon_per_row`` it is a 409 and the whole transaction, quota charge included, rolls back);
-    5. the query row (``pending``) is COMMITTED — before anything is evaluated, so a crash cannot lose it;
-       a concurrent twin with the same key fails the unique constraint here, is rolled back (its quota
-       and output charges with it) and returns the winner's query;
-    6. ``column`` outcomes are evaluated and committed; ``manual`` ones stay pending until the curator
-       posts the measured value.
+       a concurrent twin with the same key fails the unique constraint at the insert, is rolled back (its
+       quota and output charges with it) and returns the winner's query;
+    5. ``column`` datasets: the outcome is evaluated, recorded and linked into the chain in the same
+       transaction, which is COMMITTED before the answer is returned: the question, its charges and its
+       answer reach the disk together or not at all, so a crash can neither lose an answer that left nor
+       answer a question twice with fresh noise (a crash before the commit leaves no trace, and a retry is
+       a new question). ``manual`` datasets: the pending query is committed and stays pending until the
+       curator posts the measured value.
     """
     assert principal.partner_id is not None
     partner_id = principal.partner_id
@@ -105,18 +111,25 @@ def create_query(
         )
     if not repo.charge_quota(session, partner_id):
         partner = repo.get_partner(session, partner_id)
+        if partner is not None:
+            session.refresh(partner)  # the count as the failed charge saw it, not as authentication did
         used, quota = (partner.queries_used, partner.max_queries) if partner else (0, 0)
         raise QuotaExceeded(
             f"query quota used up: this partner has used {used} of its {quota} queries; "
             "ask the curator to raise max_queries"
         )
+    # read in this transaction when the request authenticated (no statement then); only its immutable
+    # fields (id, output_privacy) are used below
     partner = repo.get_partner(session, partner_id)
     assert partner is not None
     dataset = repo.get_dataset(session, release.dataset_id)
     assert dataset is not None
+    answer_now = dataset.objective_mode == "column"
     # Lock order (PostgreSQL): population before the query insert's key-share lock on the release, the
     # order in which completing an answer takes them (``outputs.record_answer``): no deadlock.
     outputs.serialise(session, partner, dataset)
+    if answer_now:
+        querylog.lock_release(session, release_id)  # before the insert: see ``querylog.lock_release``
     query = Query(
         release_id=release_id,
         partner_id=partner_id,
@@ -129,7 +142,8 @@ def create_query(
     try:
         session.flush()
         outputs.admit(session, partner, dataset, query)
-        session.commit()  # deliberate: the question is on record before its answer exists
+        if not answer_now or query.source_query_id is not None:
+            session.commit()  # deliberate: the question is on record before its answer exists
     except IntegrityError:
         session.rollback()
         if idempotency_key is None:
@@ -138,8 +152,14 @@ def create_query(
         if existing is None:
             raise
         return _replay(session, store, existing, release_id, index), True
-    faults.pause_point("query.after_commit")  # crash tests: the query is on record, not yet answered
-    return _settle(session, store, query), False
+    if not answer_now or query.source_query_id is not None:
+        # manual, or a cached repeat (answered by ``admit`` already, or waiting for its first answer)
+        faults.pause_point("query.after_commit")  # crash tests: the query is on record, not yet answered
+        return _settle(session, store, query), False
+    outputs.record_answer(session, query, dataset, _column_outcome(store, dataset, index), inserted=True)
+    faults.pause_point("query.before_commit")  # crash tests: answered in memory, nothing on record yet
+    session.commit()  # deliberate: question, charges and answer are on record before the answer is sent
+    return query, False
 
 
 def _replay(session: Session, store: ArrayStore, existing: Query, release_id: int, index: int) -> Query:

@@ -231,11 +231,11 @@ def get_release(session: Session, principal: Principal, release_id: int) -> Rele
     A partner gets the same 404 for a release that does not exist and for one it was not granted, so that
     it cannot learn which release ids exist.
     """
-    release = repo.get_release(session, release_id)
-    if release is not None and not principal.is_admin:
+    if principal.is_admin:
+        release = repo.get_release(session, release_id)
+    else:
         assert principal.partner_id is not None
-        if not repo.has_grant(session, principal.partner_id, release_id):
-            release = None
+        release = repo.get_granted_release(session, release_id, principal.partner_id)
     if release is None:
         raise NotFound(f"release {release_id} does not exist")
     return release

@@ -24,10 +24,11 @@ Both backends
       pool that runs the services' synchronous routes (anyio's default): a burst of requests never waits
       for a connection, and no more are opened than threads could use. On PostgreSQL, allow for 40 per
       worker process of each service in ``max_connections``.
-    * ``pool_pre_ping``: a connection dropped while the database was away is replaced at checkout, so the
-      services recover by themselves once it is back.
 
-PostgreSQL
+PostgreSQL only
+    * ``pool_pre_ping``: a connection dropped while the database server was away is replaced at checkout,
+      so the services recover by themselves once it is back. SQLite has no server and a file connection
+      cannot be dropped, so it does without the ping (one statement less per transaction).
     * ``connect_timeout=5`` and ``pool_timeout=10``: while the database is down a request fails fast (the
       services answer 503) instead of hanging. Row locks (``SELECT ... FOR UPDATE``) do what ``BEGIN
       IMMEDIATE`` does on SQLite.
@@ -102,7 +103,6 @@ def make_engine(url: str) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_SECONDS},
-        pool_pre_ping=True,
         pool_size=POOL_SIZE,
         max_overflow=MAX_OVERFLOW,
     )

@@ -7,8 +7,11 @@ import asyncio
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import update
 
+from curator_service.db import Database
 from curator_service.main import create_app
+from curator_service.models import Partner, Query
 from curator_service.services import queries as query_service
 from tests.curator_service.conftest import ADMIN, World, bearer, make_csv, synthetic, upload
 
@@ -220,9 +223,13 @@ async def test_queries_are_listed_in_creation_order(world: World) -> None:
     assert [q["y"] for q in listed["queries"]] == [float(world.y[i]) for i in (9, 4, 6)]
 
 
-async def test_query_is_committed_before_its_outcome_is_evaluated(
+async def test_a_column_query_and_its_answer_are_committed_together(
     world: World, monkeypatch, settings
 ) -> None:
+    """A ``column`` query is inserted, charged, answered and linked in one transaction: a failure before its
+    commit leaves no query and no charge (no answer left, so nothing can be answered twice with fresh
+    noise), and the retry under the same key is answered once and charged once."""
+
     def crash(*_args, **_kwargs):
         raise RuntimeError("power cut")
 
@@ -230,34 +237,57 @@ async def test_query_is_committed_before_its_outcome_is_evaluated(
     response = await _query(world, 8, key="crashy")
     assert response.status_code == 500
     listed = (await world.client.get(f"/v1/releases/{world.release['id']}/queries", headers=ADMIN)).json()
-    assert [(q["index"], q["status"]) for q in listed["queries"]] == [(8, "pending")]  # not lost
+    assert listed["queries"] == []  # question and answer are lost together: nothing was sent
     me = (await world.client.get("/v1/partners/me", headers=world.partner_headers)).json()
-    assert me["queries_used"] == 1
+    assert me["queries_used"] == 0  # and nothing was charged
     monkeypatch.undo()
     retry = await _query(world, 8, key="crashy")
     assert retry.status_code == 201
-    assert retry.json()["id"] == listed["queries"][0]["id"] and retry.json()["status"] == "complete"
-    assert retry.json()["y"] == float(world.y[8])
+    assert retry.json()["status"] == "complete" and retry.json()["y"] == float(world.y[8])
+    listed = (await world.client.get(f"/v1/releases/{world.release['id']}/queries", headers=ADMIN)).json()
+    assert [(q["id"], q["status"]) for q in listed["queries"]] == [(retry.json()["id"], "complete")]
     me = (await world.client.get("/v1/partners/me", headers=world.partner_headers)).json()
     assert me["queries_used"] == 1
+    again = await _query(world, 8, key="crashy")
+    assert again.json() == retry.json() and again.headers.get("Idempotent-Replayed") == "true"
+    verify = await world.client.get(f"/v1/releases/{world.release['id']}/queries/verify", headers=ADMIN)
+    assert verify.json()["ok"] and verify.json()["entries"] == 1
 
 
 async def test_start_up_completes_queries_a_crash_left_pending(world: World, monkeypatch, settings) -> None:
-    monkeypatch.setattr(
-        query_service, "_column_outcome", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x"))
-    )
-    assert (await _query(world, 5)).status_code == 500
-    monkeypatch.undo()
+    # a pending ``column`` query, committed and charged, as a version that committed the question before
+    # evaluating it could leave behind when it crashed in between
+    db = Database(settings.resolved_database_url())
+    try:
+        with db.session(write=True) as session:
+            session.add(
+                Query(
+                    release_id=world.release["id"],
+                    partner_id=world.partner["id"],
+                    row_index=5,
+                    status="pending",
+                )
+            )
+            session.execute(
+                update(Partner)
+                .where(Partner.id == world.partner["id"])
+                .values(queries_used=Partner.queries_used + 1)
+            )
+            session.commit()
+    finally:
+        db.dispose()
     restarted = create_app(settings)  # same database and data dir
     try:
         transport = httpx.ASGITransport(app=restarted)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             listed = (await c.get(f"/v1/releases/{world.release['id']}/queries", headers=ADMIN)).json()
+            verify = (await c.get(f"/v1/releases/{world.release['id']}/queries/verify", headers=ADMIN)).json()
     finally:
         restarted.state.components.db.dispose()
     assert [(q["index"], q["status"], q["y"]) for q in listed["queries"]] == [
         (5, "complete", float(world.y[5]))
     ]
+    assert verify["ok"] and verify["entries"] == 1
 
 
 async def test_idempotency_key_too_long_is_422(world: World) -> None:

@@ -1,6 +1,7 @@
 """SIGKILL the curator during a release and during a query's evaluation, then start it again (issue 5,
 item 2). Pause points (``POBO_CURATOR_FAULT_PAUSE``, testing only) hold the process at the worst moment:
-Z written but its release row not committed; a query committed (and charged) but not yet answered."""
+Z written but its release row not committed; a query answered in memory (noise drawn, charges and chain link
+made) but not committed, so not yet sent."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def workers(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
-PAUSE = "release.after_file=120,query.after_commit=120"
+PAUSE = "release.after_file=120,query.before_commit=120"
 
 
 def _restart_curator(services: Services, **extra: str) -> ServiceProcess:
@@ -85,31 +86,34 @@ def test_sigkill_during_release_and_during_query(services: Services) -> None:
     assert statuses == ["reserved", "spent"]  # charged exactly once for the attempt (reserved counts)
     assert ledger.epsilon_spent == pytest.approx(2.0)
 
-    # 2. a query killed after it is committed and charged, before it is answered
+    # 2. a query killed after it is answered in memory, before anything is committed: nothing is on record,
+    # nothing was sent, so the retry is a new question, answered and charged once
     curator.stop()
     curator = _restart_curator(services, POBO_CURATOR_FAULT_PAUSE=PAUSE)
+    log = services.tmp / "curator.log"
     qurl = f"{curator.url}/v1/releases/{first.id}/queries"
     headers = {"Authorization": f"Bearer {partner.token}", "Idempotency-Key": "study-crash:1"}
     _in_background(lambda: httpx.post(qurl, json={"index": 5}, headers=headers, timeout=300))
-
-    def pending() -> bool:
-        with services.admin() as admin:
-            return [q.status for q in admin.list_queries(first.id).queries] == ["pending"]
-
-    _wait_for(pending, "the committed, pending query")
-    curator.kill()
-    curator = _restart_curator(services)  # start-up completes the pending column query
-    retry = httpx.post(
-        f"{curator.url}/v1/releases/{first.id}/queries", json={"index": 5}, headers=headers, timeout=60
+    _wait_for(
+        lambda: "at query.before_commit" in log.read_text(errors="replace"), "the answered, uncommitted query"
     )
-    assert retry.status_code in (200, 201), retry.text
+    with services.admin() as admin:
+        assert admin.list_queries(first.id).queries == []  # not on record while uncommitted ...
+        assert admin.get_partner(partner.id).queries_used == 0  # ... nor charged
+    curator.kill()
+    curator = _restart_curator(services)
+    qurl = f"{curator.url}/v1/releases/{first.id}/queries"  # the restarted process listens elsewhere
+    retry = httpx.post(qurl, json={"index": 5}, headers=headers, timeout=60)
+    assert retry.status_code == 201, retry.text
     answer = retry.json()
     assert answer["status"] == "complete" and answer["y"] == pytest.approx(outcomes[5])
-    assert retry.headers.get("Idempotent-Replayed") == "true"
+    assert retry.headers.get("Idempotent-Replayed") is None  # a new question: the killed one left nothing
+    again = httpx.post(qurl, json={"index": 5}, headers=headers, timeout=60)
+    assert again.headers.get("Idempotent-Replayed") == "true" and again.json() == answer
     with services.admin() as admin:
         queries = admin.list_queries(first.id).queries
         used = admin.get_partner(partner.id).queries_used
         chain = admin.verify_queries(first.id)
-    assert [(q.id, q.status) for q in queries] == [(answer["id"], "complete")]  # not lost, not doubled
+    assert [(q.id, q.status) for q in queries] == [(answer["id"], "complete")]  # one query, answered once
     assert used == 1  # one charge
     assert chain.ok and chain.entries == 1

@@ -9,7 +9,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
-from curator_service.api.deps import AdminDep, ComponentsDep, PartnerDep, PrincipalDep, RowId, SessionDep
+from curator_service.api.deps import (
+    AdminDep,
+    ComponentsDep,
+    PartnerInSessionDep,
+    PrincipalDep,
+    RowId,
+    SessionDep,
+)
 from curator_service.schemas import query_public
 from curator_service.services import queries as query_service
 from shared.protocol.schemas import QueriesPublic, QueryCreate, QueryLogVerification, QueryPublic, QueryResult
@@ -29,8 +36,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=QueryPublic,
     summary="Ask for the outcome of row `index` (partner)",
-    description="The query is committed (and charged) before its outcome is evaluated. `column` datasets "
-    "answer at once (stored outcome + fresh Gaussian noise of `noise_std`); `manual` ones answer `pending` "
+    description="Every answer is on disk, with its charges and its link in the release's query chain, "
+    "before it is sent. `column` datasets answer at once (stored outcome + fresh Gaussian noise of "
+    "`noise_std`), question and answer committed together; `manual` ones are committed `pending` and answer "
     "until the curator posts the result (poll `GET /v1/queries/{id}?wait=30`). With an `Idempotency-Key`, "
     "a retry (even a concurrent one) returns the same query and is never charged again; the response then "
     "carries `Idempotent-Replayed: true`. For a partner granted with `output_privacy` the answer is CTL: "
@@ -51,7 +59,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 def create_query(
     release_id: RowId,
     body: QueryCreate,
-    partner: PartnerDep,
+    partner: PartnerInSessionDep,
     session: SessionDep,
     components: ComponentsDep,
     response: Response,

@@ -64,14 +64,19 @@ def get_study(study_id: str, session: SessionDep) -> StudyPublic:
 @router.post(
     "/{study_id}/step",
     summary="One iteration: suggest -> curator query -> observe",
+    response_model=StepResult,
     responses={**_ERRORS, 429: {"description": "The curator's query quota is used up"}},
 )
-def step(study_id: str, components: ComponentsDep) -> StepResult:
+def step(study_id: str, components: ComponentsDep) -> Response:
     """Runs one iteration now. If the curator's outcome is ``manual`` (the query is pending), the answer has
     ``status: "pending"`` and ``y: null``; the study becomes ``awaiting_measurement`` and records the value
     by itself when the curator's operator posts it.
     """
-    return service.step_now(components.ctx, components.stepper, components.runners, study_id)
+    result = service.step_now(components.ctx, components.stepper, components.runners, study_id)
+    # Serialised here, in the route's worker thread, into the JSON FastAPI would send for the
+    # ``StepResult``: FastAPI would otherwise re-validate the model it was given in a second hop to the
+    # thread pool (a sync route) before serialising it the same way.
+    return Response(result.model_dump_json(by_alias=True), media_type="application/json")
 
 
 @router.post(
