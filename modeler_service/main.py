@@ -27,6 +27,7 @@ from modeler_service.exceptions import ModelerError
 from modeler_service.federation_closer import RoundCloser
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
+from shared.bo.factor import set_default_spill_directory
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.servicekit import serving
 from shared.servicekit.app import add_access_guards
@@ -132,6 +133,7 @@ def create_app(
     worker = recovered is not None  # one of several workers: the supervisor ran the start-up work
     if recovered is None:
         recovered = start_up(settings)
+    set_default_spill_directory(settings.data_dir / "factor-spill")  # GP factors too large for memory
     token = settings.resolve_token()
     fernet = Fernet(settings.resolve_secret_key().get_secret_value().encode("ascii"))
     db = Database(settings.resolved_database_url())

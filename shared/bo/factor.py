@@ -16,6 +16,8 @@ Blocks live in memory, or, when a ``spill_directory`` is given and a new block w
 the operating system reports available (``MemAvailable``, less a margin), in a memory-mapped file there: an
 anonymous temporary file (``tempfile.TemporaryFile``), so nothing is left behind when the GP goes away.
 ``spill="always"`` memory-maps every block (the n = 10 000 000 benchmark uses it to exercise the path).
+Factors without a directory of their own use the process default (``set_default_spill_directory``): the
+modeler service sets ``<data dir>/factor-spill``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["FactorRows", "available_memory_bytes"]
+__all__ = ["FactorRows", "available_memory_bytes", "set_default_spill_directory"]
 
 #: Rows per block: large enough that one dgemv per block runs at full bandwidth, small enough that the
 #: unused tail of the last block (allocated, never touched) is at most 31 rows.
@@ -42,6 +44,10 @@ SPILL_MARGIN_BYTES = 1 << 30
 
 #: In-memory blocks kept for reuse after their factor is gone (process-wide, all n together).
 SPARE_LIMIT_BYTES = 1 << 30
+
+#: Where ``spill="auto"`` factors without their own ``spill_directory`` go (the modeler sets its data dir's
+#: ``factor-spill`` at start-up: ``set_default_spill_directory``). None: such factors stay in memory.
+_default_spill_directory: Path | None = None
 
 _spares: list[FloatArray] = []
 _spares_lock = threading.Lock()
@@ -61,6 +67,15 @@ def _take_spare(shape: tuple[int, int], dtype: np.dtype[Any]) -> Any:
             if block.shape == shape and block.dtype == dtype:
                 return _spares.pop(k)
     return None
+
+
+def set_default_spill_directory(directory: str | Path | None) -> None:
+    """Memory-map the blocks that do not fit in memory into ``directory`` (created, mode 0700) for every
+    factor that names no ``spill_directory`` of its own; None turns it off. Per process."""
+    global _default_spill_directory
+    if directory is not None:
+        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+    _default_spill_directory = Path(directory) if directory is not None else None
 
 
 def available_memory_bytes() -> int | None:
@@ -117,10 +132,13 @@ class FactorRows:
     def _spills(self, nbytes: int) -> bool:
         if self.spill == "always":
             return True
-        if self.spill == "never" or self.spill_directory is None:
+        if self.spill == "never" or self._directory() is None:
             return False
         available = available_memory_bytes()
         return available is not None and nbytes > available - SPILL_MARGIN_BYTES
+
+    def _directory(self) -> Path | None:
+        return self.spill_directory if self.spill_directory is not None else _default_spill_directory
 
     def _new_block(self) -> FloatArray:
         shape = (self.block_rows, self.n)
@@ -128,7 +146,7 @@ class FactorRows:
         if not self._spills(nbytes):
             spare = _take_spare(shape, self.dtype)
             return spare if spare is not None else np.empty(shape, dtype=self.dtype)
-        fh = tempfile.TemporaryFile(dir=self.spill_directory)  # noqa: SIM115 - closed in release()
+        fh = tempfile.TemporaryFile(dir=self._directory())  # noqa: SIM115 - closed in release()
         fh.truncate(nbytes)
         self._files.append(fh)
         block: FloatArray = np.memmap(fh, dtype=self.dtype, mode="r+", shape=shape)

@@ -159,3 +159,15 @@ def test_a_float32_factor_follows_the_float64_posterior_closely() -> None:
     np.testing.assert_allclose(single.mean(), exact.mean(), atol=1e-4)
     with pytest.raises(Exception, match="factor_dtype"):
         GaussianProcess(Z, HP, factor_dtype="float16")  # type: ignore[arg-type]
+
+
+def test_the_process_default_spill_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(factor_mod, "available_memory_bytes", lambda: factor_mod.SPILL_MARGIN_BYTES + 100)
+    monkeypatch.setattr(factor_mod, "_default_spill_directory", None)
+    before = FactorRows(50, block_rows=3)  # 1200-byte blocks do not fit, but there is nowhere to spill
+    before.next_row()
+    factor_mod.set_default_spill_directory(tmp_path / "spill")
+    after = FactorRows(50, block_rows=3)
+    after.next_row()
+    assert (before.memory_mapped_blocks, after.memory_mapped_blocks) == (0, 1)
+    assert (tmp_path / "spill").is_dir() and list((tmp_path / "spill").iterdir()) == []  # anonymous files
