@@ -73,6 +73,7 @@ def test_memory_mapped_blocks_give_the_same_posterior(tmp_path) -> None:
 
 def test_auto_spill_memory_maps_only_what_does_not_fit(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(factor_mod, "available_memory_bytes", lambda: factor_mod.SPILL_MARGIN_BYTES + 100)
+    monkeypatch.setattr(factor_mod, "_default_spill_directory", None)  # (a service started earlier sets it)
     small = FactorRows(2, block_rows=3, spill="auto", spill_directory=tmp_path)  # 48 bytes a block: fits
     small.next_row()
     big = FactorRows(50, block_rows=3, spill="auto", spill_directory=tmp_path)  # 1200 bytes: does not
