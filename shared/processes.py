@@ -34,13 +34,14 @@ def free_port() -> int:
 class ServiceProcess:
     """One pobo service as a child process (``python -m shared.cli <kind> serve``), logging to a file.
 
-    ``env`` holds the service's settings (``POBO_CURATOR_*`` / ``POBO_MODELER_*``); the child inherits the
-    rest of this process's environment. Use as a context manager: it is stopped with SIGTERM on exit.
+    ``kind`` is ``"curator"`` or ``"modeler"`` (a subclass overriding ``command`` names its own). ``env``
+    holds the service's settings (``POBO_CURATOR_*`` / ``POBO_MODELER_*``); the child inherits the rest of
+    this process's environment. Use as a context manager: it is stopped with SIGTERM on exit.
     """
 
     def __init__(
         self,
-        kind: Kind,
+        kind: str,
         *,
         port: int,
         env: Mapping[str, str],
@@ -65,8 +66,9 @@ class ServiceProcess:
     def url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
 
-    def start(self) -> ServiceProcess:
-        cmd = [
+    def command(self) -> list[str]:
+        """The child's command line (a subclass serves another app the same way)."""
+        return [
             sys.executable,
             "-m",
             "shared.cli",
@@ -79,6 +81,9 @@ class ServiceProcess:
             "--workers",
             str(self.workers),
         ]
+
+    def start(self) -> ServiceProcess:
+        cmd = self.command()
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0  # this start's lines

@@ -21,24 +21,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
 import numpy as np
 from pydantic import BaseModel
 
-from shared.processes import free_port
+from shared.processes import ServiceProcess, free_port
 
 __all__ = ["FloorProcess", "back_app", "front_app", "measure_floor", "open_database"]
 
@@ -120,53 +116,16 @@ def front_app(back_url: str) -> Any:
     return app
 
 
-class FloorProcess:
-    """One floor app as a child process (``python -m shared.bench.floor ...``); stopped with SIGTERM."""
+class FloorProcess(ServiceProcess):
+    """One floor app as a child process (``python -m shared.bench.floor ...``), started, health-checked and
+    stopped like a pobo service (``shared.processes.ServiceProcess``)."""
 
     def __init__(self, args: Sequence[str], *, port: int, log_path: Path) -> None:
+        super().__init__(f"floor app {args[0]}", port=port, env={}, log_path=log_path)
         self.args = [*args, "--port", str(port)]
-        self.port = port
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> FloorProcess:
-        cmd = [sys.executable, "-m", "shared.bench.floor", *self.args]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(  # noqa: S603
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        return self
-
-    def wait_healthy(self, timeout: float = 60.0) -> None:
-        """Poll ``GET /healthz`` until 200; raise (with the log) if the process dies or times out."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"floor app exited: {self.log_path.read_text(errors='replace')}")
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get(f"{self.url}/healthz").status_code == 200:
-                        return
-                time.sleep(0.05)
-        raise RuntimeError(f"floor app not healthy in {timeout:.0f} s")
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "shared.bench.floor", *self.args]
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
