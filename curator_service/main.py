@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.datastructures import Headers
@@ -47,6 +47,7 @@ from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
 from shared.servicekit.serving import configure_logging, reset_throttle
+from shared.servicekit.write_gate import WriteGate, admission
 
 logger = logging.getLogger("curator_service")
 
@@ -200,9 +201,10 @@ class UploadGuard:
 class AccessLogMiddleware:
     """Records every ``/v1`` request: who (admin, partner:<id>, anonymous), method, path, status, time."""
 
-    def __init__(self, app: ASGIApp, db: Database) -> None:
+    def __init__(self, app: ASGIApp, db: Database, gate: WriteGate) -> None:
         self.app = app
         self.db = db
+        self.gate = gate  # the entry is a write: it waits for admission like any writer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1"):
@@ -230,7 +232,7 @@ class AccessLogMiddleware:
                 duration_ms=(time.perf_counter() - started) * 1000.0,
             )
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._write, entry)
+                await self.gate.run_sync(self._write, entry)
 
     def _write(self, entry: AccessLog) -> None:
         try:
@@ -287,6 +289,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         db.dispose()
         csvparse.shutdown_pool()
 
+    gate = WriteGate()
     # FastAPIOffline: /docs serves Swagger UI from the package, not a CDN (curators run air-gapped).
     app = FastAPIOffline(
         title="pobo curator",
@@ -295,6 +298,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         description=DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
+        dependencies=[Depends(admission(gate), scope="function")],  # writers: see ``write_gate``
     )
     app.state.components = components
     install_error_handlers(
@@ -320,7 +324,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets", CONSOLE_UPLOAD_PATH]
     )
-    app.add_middleware(AccessLogMiddleware, db=db)
+    app.add_middleware(AccessLogMiddleware, db=db, gate=gate)
     add_access_guards(
         app,
         settings,

@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 
 from cryptography.fernet import Fernet
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 
 from modeler_service import repository as repo
@@ -35,6 +35,7 @@ from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
 from shared.servicekit.serving import configure_logging, reset_throttle
+from shared.servicekit.write_gate import WriteGate, admission
 
 log = logging.getLogger("pobo.modeler")
 
@@ -172,6 +173,7 @@ def create_app(
         ctx.cache.close()
         db.dispose()
 
+    gate = WriteGate()
     # FastAPIOffline: /docs and /redoc serve their assets from the package, not a CDN (air-gapped sites).
     app = FastAPIOffline(
         title="pobo modeler",
@@ -179,7 +181,9 @@ def create_app(
         description=DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
+        dependencies=[Depends(admission(gate), scope="function")],  # writers: see ``write_gate``
     )
+    app.state.write_gate = gate
     app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
     app.state.federation_closer = closer
     install_error_handlers(

@@ -11,7 +11,7 @@ import asyncio
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
 from modeler_service import federations
@@ -151,6 +151,7 @@ async def get_round(
     number: RoundNumber,
     principal: PrincipalDep,
     components: ComponentsDep,
+    request: Request,
     wait: Annotated[
         float,
         Query(ge=0, le=600, description="Seconds to wait for the round to close (capped by the server)."),
@@ -164,5 +165,7 @@ async def get_round(
         if rnd.status == "closed" or remaining <= 0:
             return rnd
         if rnd.deadline <= utcnow():  # the closer has not come by yet: close it now (once, guarded)
-            await run_in_threadpool(federations.close_round, ctx.db, federation_id, number)
+            # a write from a GET: admitted like any writer (``servicekit.write_gate``)
+            gate = request.app.state.write_gate
+            await gate.run_sync(federations.close_round, ctx.db, federation_id, number)
         await asyncio.sleep(min(_POLL_SECONDS, remaining))
