@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import anyio
 from fastapi import Depends, FastAPI
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from curator_service import csvparse
+from curator_service import repository as repo
 from curator_service.api.deps import Components
 from curator_service.api.routes import (
     access_log,
@@ -35,7 +37,6 @@ from curator_service.console.upload_limit import UPLOAD_PATH as CONSOLE_UPLOAD_P
 from curator_service.console.upload_limit import ConsoleUploadLimit
 from curator_service.db import Database
 from curator_service.exceptions import CuratorError
-from curator_service.models import AccessLog
 from curator_service.services import datasets as dataset_service
 from curator_service.services import queries as query_service
 from curator_service.services.auth import authenticate
@@ -223,24 +224,24 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send_with_status)
         finally:
             principal = scope.get("state", {}).get("principal")
-            entry = AccessLog(
-                actor=principal.actor if principal is not None else "anonymous",
-                partner_id=principal.partner_id if principal is not None else None,
-                method=scope["method"],
-                path=scope["path"][:500],
-                status_code=status,
-                duration_ms=(time.perf_counter() - started) * 1000.0,
-            )
+            entry = {
+                "actor": principal.actor if principal is not None else "anonymous",
+                "partner_id": principal.partner_id if principal is not None else None,
+                "method": scope["method"],
+                "path": scope["path"][:500],
+                "status_code": status,
+                "duration_ms": (time.perf_counter() - started) * 1000.0,
+            }
             with anyio.CancelScope(shield=True):
                 await self.gate.run_sync(self._write, entry)
 
-    def _write(self, entry: AccessLog) -> None:
+    def _write(self, entry: dict[str, Any]) -> None:
         try:
             with self.db.session(write=True) as session:
-                session.add(entry)
+                repo.add_access_log(session, **entry)
                 session.commit()
         except Exception:  # noqa: BLE001 - the log must never break the request
-            logger.warning("could not write an access-log entry (%s %s)", entry.method, entry.path)
+            logger.warning("could not write an access-log entry (%s %s)", entry["method"], entry["path"])
 
 
 def start_up(settings: Settings) -> None:

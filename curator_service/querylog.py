@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -80,6 +80,31 @@ def lock_release(session: Session, release_id: int) -> None:
         session.execute(select(Release.id).where(Release.id == release_id).with_for_update())
 
 
+_RELEASES, _QUERIES = cast(Table, Release.__table__), cast(Table, Query.__table__)
+#: :func:`complete_and_link`'s three statements, built once (bind parameters named ``new_*`` where a
+#: column's own name is reserved for its SET clause).
+_CHAIN_HEAD = (
+    select(_RELEASES.c.chain_count, _RELEASES.c.chain_head)
+    .where(_RELEASES.c.id == bindparam("release_id"))
+    .with_for_update()
+)
+_COMPLETE_AND_LINK = (
+    update(_QUERIES)
+    .where(_QUERIES.c.id == bindparam("query_id"), _QUERIES.c.status == "pending")
+    .values(
+        {
+            name: bindparam(f"new_{name}")
+            for name in ("status", "y", "y_raw", "completed_at", "chain_seq", "prev_hash", "hash")
+        }
+    )
+)
+_MOVE_HEAD = (
+    update(_RELEASES)
+    .where(_RELEASES.c.id == bindparam("release_id"))
+    .values(chain_count=bindparam("new_count"), chain_head=bindparam("new_head"))
+)
+
+
 def complete_and_link(session: Session, query: Query, y: float, y_raw: float | None) -> None:
     """Complete a query inserted (and flushed) by this very transaction and link it into its release's
     chain: the same lock, order and payload as :func:`append_to_chain` after ``repository.complete_query``,
@@ -88,11 +113,9 @@ def complete_and_link(session: Session, query: Query, y: float, y_raw: float | N
     The query is still pending (no other transaction can see it), so no first-writer check can fail. The
     written values are set on ``query`` as committed state: the caller answers from it without a re-read.
     """
-    session.flush()  # what ``admit`` added (the output charge) goes first, as an autoflush would send it
+    session.flush()  # anything ``admit`` left pending goes first, as an autoflush would send it
     conn = session.connection()  # Core statements on the session's transaction: no ORM round trip
-    releases, queries = cast(Table, Release.__table__), cast(Table, Query.__table__)
-    head = select(releases.c.chain_count, releases.c.chain_head).where(releases.c.id == query.release_id)
-    count, prev = conn.execute(head.with_for_update()).one()
+    count, prev = conn.execute(_CHAIN_HEAD, {"release_id": query.release_id}).one()
     seq = int(count) + 1
     values: dict[str, Any] = {"status": "complete", "y": y, "y_raw": y_raw, "completed_at": utcnow()}
     payload = query_payload(query, seq) | {
@@ -102,15 +125,11 @@ def complete_and_link(session: Session, query: Query, y: float, y_raw: float | N
     }
     values |= {"chain_seq": seq, "prev_hash": prev, "hash": link_hash(prev, payload)}
     result = conn.execute(
-        update(queries).where(queries.c.id == query.id, queries.c.status == "pending").values(**values)
+        _COMPLETE_AND_LINK, {"query_id": query.id} | {f"new_{k}": v for k, v in values.items()}
     )
     if result.rowcount != 1:
         raise RuntimeError(f"query {query.id} was not pending in the transaction that inserted it")
-    conn.execute(
-        update(releases)
-        .where(releases.c.id == query.release_id)
-        .values(chain_count=seq, chain_head=values["hash"])
-    )
+    conn.execute(_MOVE_HEAD, {"release_id": query.release_id, "new_count": seq, "new_head": values["hash"]})
     for key, value in values.items():
         set_committed_value(query, key, value)
 

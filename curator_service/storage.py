@@ -143,6 +143,10 @@ def _open_private(path: Path) -> BinaryIO:
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
 
 
+#: Read-only maps an ``ArrayStore`` keeps for reuse (each costs an open file and address space, no memory).
+MAPPED_ARRAYS = 32
+
+
 class ArrayStore:
     """The data dir's ``arrays/`` tree: ``datasets/<uuid>-features.npy``, ``releases/<uuid>-z.npy``, ..."""
 
@@ -152,6 +156,7 @@ class ArrayStore:
         for sub in ("datasets", "releases"):
             (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._verified: dict[str, tuple[int, int, str]] = {}
+        self._mapped: dict[str, tuple[tuple[int, int, str], np.memmap]] = {}
         self._lock = threading.Lock()
 
     # -- names
@@ -193,6 +198,7 @@ class ArrayStore:
         path = self.abspath(relpath)
         with self._lock:
             self._verified.pop(str(path), None)
+            self._mapped.pop(str(path), None)
         path.unlink(missing_ok=True)
 
     # -- reading
@@ -225,8 +231,23 @@ class ArrayStore:
         return path
 
     def load(self, relpath: str, sha256: str) -> np.memmap:
-        """Memory-map a verified array read-only."""
-        return cast(np.memmap, np.load(self.verify(relpath, sha256), mmap_mode="r", allow_pickle=False))
+        """Memory-map a verified array read-only. The map is kept (the last ``MAPPED_ARRAYS``) and handed out
+        again while the file's size, mtime and hash are the ones verified: a query reads one outcome
+        without parsing the file's header and mapping it again."""
+        path = self.verify(relpath, sha256)
+        with self._lock:
+            verified = self._verified.get(str(path))
+            mapped = self._mapped.get(str(path))
+        if mapped is not None and verified is not None and mapped[0] == verified:
+            return mapped[1]
+        array = cast(np.memmap, np.load(path, mmap_mode="r", allow_pickle=False))
+        if verified is not None:
+            with self._lock:
+                self._mapped.pop(str(path), None)
+                self._mapped[str(path)] = (verified, array)
+                while len(self._mapped) > MAPPED_ARRAYS:
+                    del self._mapped[next(iter(self._mapped))]  # the least recently mapped
+        return array
 
     # -- housekeeping
     def sweep(self, referenced: set[str], min_age_seconds: float = 3600.0) -> int:

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from curator_service import querylog
 from curator_service import repository as repo
 from curator_service.exceptions import Conflict, InvalidInput
-from curator_service.models import Dataset, OutputCharge, Partner, Query, utcnow
+from curator_service.models import Dataset, Partner, Query, utcnow
 from shared.privacy.ctl import CTL
 from shared.protocol.schemas import OutputLedger, OutputPrivacy, OutputPrivacyPublic, OutputRowTotal
 
@@ -144,7 +144,7 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
     """
     policy = policy_of(partner)
     if policy is None:
-        session.add(_charge(dataset, query, None))
+        _charge(session, dataset, query, None)
         return
     repo.lock_population(session, dataset.population_id)
     query.output_key = policy.key(dataset.id, query.row_index)
@@ -172,12 +172,13 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
             "Nothing was charged; ask the curator to raise max_epsilon_per_row, or query another row."
         )
     query.charged_epsilon = policy.charged_epsilon
-    session.add(_charge(dataset, query, policy.charged_epsilon))
-    session.flush()
+    _charge(session, dataset, query, policy.charged_epsilon)
 
 
-def _charge(dataset: Dataset, query: Query, epsilon: float | None) -> OutputCharge:
-    return OutputCharge(
+def _charge(session: Session, dataset: Dataset, query: Query, epsilon: float | None) -> None:
+    session.flush()  # the query (and its admission fields) before the charge that names it
+    repo.add_output_charge(
+        session,
         population_id=dataset.population_id,
         dataset_id=dataset.id,
         row_index=query.row_index,

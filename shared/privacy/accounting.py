@@ -15,8 +15,10 @@ output noise, the mu of a Gaussian-DP gradient oracle). Two accountants read the
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (dp_accounting imports scipy.signal/stats: ~1 s, paid when first used)
@@ -58,11 +60,27 @@ def basic_composition(charges: Sequence[Charge]) -> tuple[float, float]:
 def pld_composition(charges: Sequence[Charge], delta: float) -> float | None:
     """Epsilon of all ``charges`` together at total ``delta``: PLD for those with native parameters, plus the
     basic sum of the rest (whose deltas are taken out of ``delta`` first). None when that leaves no delta.
+
+    Equal events are composed together (``compose(event, count)``: one self-composition instead of ``count``
+    convolutions), and results are remembered per set of charges: a ledger page asks again for the same
+    charges until a new one is added, and the composition of many charges takes seconds.
     """
+    key = tuple(
+        (float(c.epsilon), float(c.delta), tuple(sorted(c.native.items())) if c.native else None)
+        for c in charges
+    )
+    return _pld_composition(key, float(delta))
+
+
+@lru_cache(maxsize=256)
+def _pld_composition(
+    key: tuple[tuple[float, float, tuple[tuple[str, Any], ...] | None], ...], delta: float
+) -> float | None:
+    charges = [Charge(eps, dl, dict(native) if native else None) for eps, dl, native in key]
     events = [(c, c.event()) for c in charges]
     rest = [c for c, e in events if e is None]
     eps_rest, delta_rest = basic_composition(rest)
-    composed = [e for _, e in events if e is not None]
+    composed = Counter(e for _, e in events if e is not None)  # DpEvents are frozen, hashable dataclasses
     if not composed:
         return eps_rest if delta_rest <= delta * (1 + 1e-9) else None
     target = delta - delta_rest
@@ -71,6 +89,6 @@ def pld_composition(charges: Sequence[Charge], delta: float) -> float | None:
     from dp_accounting.pld import pld_privacy_accountant
 
     accountant = pld_privacy_accountant.PLDAccountant()
-    for event in composed:
-        accountant.compose(event)
+    for event, count in composed.items():
+        accountant.compose(event, count)
     return float(accountant.get_epsilon(target)) + eps_rest

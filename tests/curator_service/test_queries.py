@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 from collections.abc import AsyncIterator
 
 import anyio
@@ -335,3 +337,20 @@ async def test_idempotency_key_too_long_is_422(world: World) -> None:
         "header field 'idempotency-key': String should have at most 200 characters"
         in response.json()["detail"]
     )
+
+
+async def test_an_outcome_file_altered_after_it_was_mapped_is_refused(world: World, app, data_dir) -> None:
+    """The store hands out its kept map of the outcomes only while the file is the one it verified."""
+    assert (await _query(world, 3)).status_code == 201
+    store = app.state.components.store
+    path = next((data_dir / "arrays" / "datasets").glob("*-outcomes.npy"))
+    relpath, sha = path.relative_to(store.data_dir).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest()
+    assert store.load(relpath, sha) is store.load(relpath, sha)  # kept, not mapped again
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    response = await _query(world, 4)
+    assert response.status_code == 500
+    assert response.json()["detail"].startswith("a stored array failed its sha256 integrity check")

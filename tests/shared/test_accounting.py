@@ -40,3 +40,26 @@ def test_charges_without_native_parameters_add_up_on_top() -> None:
 
 def test_one_gaussian_charge_composes_to_itself() -> None:
     assert pld_composition([gaussian_charge(1.0, 1e-5)], 1e-5) == pytest.approx(1.0, abs=2e-3)
+
+
+def test_equal_charges_composed_together_match_one_by_one_and_are_remembered() -> None:
+    """``pld_composition`` composes equal events with one self-composition, and remembers its answers; the
+    epsilon is the one dp_accounting gives when the events are composed one at a time."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from shared.privacy import accounting
+
+    charges = [Charge(1.0, 1e-6, {"kind": "gaussian", "noise_multiplier": 3.0})] * 12 + [
+        Charge(0.5, 1e-6, {"kind": "gdp", "mu": 0.5})
+    ] * 3
+    one_by_one = pld_privacy_accountant.PLDAccountant()
+    for c in charges:
+        one_by_one.compose(c.event())
+    expected = one_by_one.get_epsilon(15e-6)
+    before = accounting._pld_composition.cache_info().hits
+    got = pld_composition(charges, 15e-6)
+    assert got == pytest.approx(expected, rel=1e-3)
+    assert pld_composition(list(charges), 15e-6) == got
+    assert accounting._pld_composition.cache_info().hits == before + 1
+    assert isinstance(charges[0].event(), dp_accounting.GaussianDpEvent)
