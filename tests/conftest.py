@@ -7,6 +7,10 @@ together, instead of one worker taking a long file last while the other idles.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import anyio.to_thread
 import pytest
 
 #: The longest files (measured: tens of seconds to minutes each), longest first.
@@ -31,3 +35,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return rank.get(path, len(LONG_FILES))
 
     items.sort(key=key)  # (a stable sort: the order within a file, and of the other files, is kept)
+
+
+@pytest.fixture
+async def four_threads() -> AsyncIterator[None]:
+    """The event loop's worker-thread pool cut to 4 threads (ask for it before the app serves a request):
+    for tests of what happens when more requests write at once than there are threads."""
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    saved = limiter.total_tokens
+    limiter.total_tokens = 4
+    yield
+    limiter.total_tokens = saved
+
+
+async def status_codes_at_once(count: int, request: Callable[[int], Awaitable[object]]) -> list[int]:
+    """Start ``request(0)`` .. ``request(count - 1)`` at once and return their responses' status codes
+    (failing after 30 s: a writers' deadlock would wait out 60 s lock time-outs)."""
+    statuses: list[int] = []
+
+    async def one(i: int) -> None:
+        response = await request(i)
+        statuses.append(int(response.status_code))  # type: ignore[attr-defined]
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for i in range(count):
+                tg.start_soon(one, i)
+    return statuses

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import AsyncIterator
 
-import anyio
-import anyio.to_thread
 import httpx
 import numpy as np
 import pytest
@@ -18,6 +15,7 @@ from curator_service.db import Database
 from curator_service.main import create_app
 from curator_service.models import Partner, Query
 from curator_service.services import queries as query_service
+from tests.conftest import status_codes_at_once
 from tests.curator_service.conftest import ADMIN, World, bearer, make_csv, synthetic, upload
 
 pytestmark = pytest.mark.anyio
@@ -111,16 +109,6 @@ async def test_concurrent_queries_respect_the_quota(world: World) -> None:
     assert sorted(r.status_code for r in responses) == [201] * 5 + [429] * 7
 
 
-@pytest.fixture
-async def four_threads() -> AsyncIterator[None]:
-    """The app's worker-thread pool cut to 4 threads, before the app serves its first request."""
-    limiter = anyio.to_thread.current_default_thread_limiter()
-    saved = limiter.total_tokens
-    limiter.total_tokens = 4
-    yield
-    limiter.total_tokens = saved
-
-
 async def test_more_concurrent_queries_than_threads_all_complete(four_threads: None, world: World) -> None:
     """Six times as many queries as worker threads: a query holds the write lock from its authentication
     hop to its commit hop, so without admission the queries waiting for the lock took every thread and
@@ -131,16 +119,7 @@ async def test_more_concurrent_queries_than_threads_all_complete(four_threads: N
         json={"name": "busy", "release_ids": [world.release["id"]], "max_queries": 50},
     )
     headers = bearer(response.json()["token"])
-    statuses: list[int] = []
-
-    async def ask(index: int) -> None:
-        response = await _query(world, index, headers=headers)
-        statuses.append(response.status_code)
-
-    with anyio.fail_after(30):  # a deadlock waits 60 s per writer
-        async with anyio.create_task_group() as tg:
-            for index in range(24):
-                tg.start_soon(ask, index)
+    statuses = await status_codes_at_once(24, lambda index: _query(world, index, headers=headers))
     assert statuses == [201] * 24
     listed = (await world.client.get(f"/v1/releases/{world.release['id']}/queries", headers=ADMIN)).json()
     assert listed["count"] == 24
