@@ -13,17 +13,24 @@ import anyio
 import anyio.to_thread
 import pytest
 
-#: The longest files (measured: tens of seconds to minutes each), longest first.
+#: The longest files (measured with --durations on two workers: tens of seconds to minutes each), longest
+#: first.
 LONG_FILES = (
-    "tests/fuzz/test_fuzz_curator.py",
-    "tests/modeler_service/test_fuzz_modeler.py",
-    "tests/e2e/test_crash_curator.py",
     "tests/e2e/test_restart.py",
-    "tests/e2e/test_console.py",
-    "tests/e2e/test_federation.py",
-    "tests/shared/test_bench_gibo.py",
-    "tests/shared/test_bench.py",
+    "tests/e2e/test_crash_curator.py",
     "tests/e2e/test_concurrency.py",
+    "tests/shared/test_bench_gibo.py",
+    "tests/fuzz/test_fuzz_curator.py",
+    "tests/e2e/test_console.py",
+    "tests/shared/test_bench.py",
+    "tests/modeler_service/test_fuzz_modeler.py",
+    "tests/e2e/test_manual_workers.py",
+    "tests/e2e/test_federation.py",
+    "tests/shared/test_audit.py",
+    "tests/modeler_service/test_federations.py",
+    "tests/e2e/test_gibo.py",
+    "tests/e2e/test_strategies.py",
+    "tests/curator_service/test_server.py",
 )
 
 
