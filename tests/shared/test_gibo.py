@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from shared.bo.gibo.acquisition import acquisition, choose_adaptive_batch, optimize_batch
+from shared.bo.gibo.acquisition import _Acq, acquisition, choose_adaptive_batch, optimize_batch
 from shared.bo.gibo.gp import GradientGP
 from shared.bo.gibo.kernels import PolynomialKernel, SEKernel
 from shared.bo.gibo.loop import run_dp_gibo
@@ -77,6 +77,25 @@ def test_kernel_derivatives_match_finite_differences(kern) -> None:
     np.testing.assert_allclose(kern.grad_grad(theta), fd_mixed(kern, theta, theta), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "kern", [*KERNELS, PolynomialKernel(degree=3, offset=0.5)], ids=[*KERNEL_IDS, "poly3"]
+)
+def test_kernel_second_derivatives_match_finite_differences(kern) -> None:
+    rng = np.random.default_rng(5)
+    theta = rng.normal(size=3) * 0.5
+    A, B = rng.normal(size=(2, 3)) * 0.5, rng.normal(size=(4, 3)) * 0.5
+    GX = kern.grad_x(A, B)
+    assert GX.shape == (2, 4, 3)
+    for i in range(2):
+        for j in range(4):
+            fd = fd_grad(lambda a, j=j: float(kern(a[None, :], B[j : j + 1])[0, 0]), A[i])
+            np.testing.assert_allclose(GX[i, j], fd, rtol=1e-6, atol=1e-9)
+    H = kern.grad_cross(theta, B)
+    assert H.shape == (4, 3, 3)
+    for j in range(4):
+        np.testing.assert_allclose(H[j], fd_mixed(kern, theta, B[j]), rtol=1e-5, atol=1e-6)
+
+
 def test_se_prior_gradient_covariance_is_s2_over_l2_identity() -> None:
     kern = SEKernel(lengthscale=0.5, signal_variance=2.0)
     np.testing.assert_allclose(kern.grad_grad(np.array([0.3, -1.0])), 8.0 * np.eye(2))
@@ -133,6 +152,22 @@ def test_acquisition_equals_trace_of_the_refitted_gp_and_decreases(kern) -> None
         np.testing.assert_allclose(acquisition(Z[:b], gp, theta), full, rtol=1e-7, atol=1e-9)
     values = [gp.grad_cov_trace(theta)] + [acquisition(Z[:b], gp, theta) for b in (1, 2, 3)]
     assert all(a > b for a, b in zip(values, values[1:], strict=False))
+
+
+@pytest.mark.parametrize("kern", KERNELS, ids=KERNEL_IDS)
+@pytest.mark.parametrize(("m", "noise_var"), [(0, 0.0), (4, 0.0), (4, 0.05)])
+def test_acquisition_gradient_matches_central_differences(kern, m, noise_var) -> None:
+    """The analytic d alpha / dZ the batch optimiser uses, against central differences of alpha."""
+    rng = np.random.default_rng(6)
+    gp = GradientGP(kern, rng.uniform(-1, 1, size=(m, 3)), noise_var=noise_var)
+    theta = np.array([0.2, -0.1, 0.3])
+    acq = _Acq(gp, theta)
+    Z = rng.uniform(-1, 1, size=(3, 3))
+    value, grad = acq.value_and_grad(Z)
+    assert value == acquisition(Z, gp, theta)
+    fd = fd_grad(lambda z: acq(z.reshape(3, 3)), Z.ravel(), h=1e-6).reshape(3, 3)
+    assert np.abs(fd).max() > 1e-3  # (a gradient that is not trivially zero)
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7)
 
 
 def test_acquisition_by_hand_one_dimension() -> None:

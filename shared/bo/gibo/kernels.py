@@ -11,13 +11,17 @@ Notation (shapes in brackets)::
     k(A, B)  [p, q]      kernel matrix
     grad k(theta, X)     [d, m]   column j = d/dtheta k(theta, x_j)                 (Alg. 1 line 6)
     grad k(theta, theta) grad^T   [d, d]   d^2/(dx dy^T) k(x, y) at x = y = theta  (prior gradient cov.)
+    grad_x k(A, B)       [p, q, d]  d/da k(a_i, b_j)          (the acquisition's analytic gradient in Z)
+    H(theta, Z)          [b, d, d]  H_j = d^2 k(theta, z_j) / (dtheta dz_j^T)   (likewise)
 
     SE:          k(x, y) = s2 exp(-|x - y|^2 / (2 l^2))
                  d/dx k(x, y) = -(x - y) / l^2 k(x, y);   grad k(theta, theta) grad^T = s2 / l^2 I
+                 H(theta, z) = k(theta, z) / l^2 (I - (theta - z)(theta - z)^T / l^2)
     polynomial:  k(x, y) = (x.y + c)^p,  p a positive integer, c >= 0
                  d/dx k(x, y) = p (x.y + c)^(p-1) y
                  grad k(theta, theta) grad^T = p s^(p-1) I + p (p-1) s^(p-2) theta theta^T,
                  s = theta.theta + c
+                 H(theta, z) = p s^(p-1) I + p (p-1) s^(p-2) z theta^T,  s = theta.z + c
 """
 
 from __future__ import annotations
@@ -73,6 +77,15 @@ class GradKernel(Protocol):
         """grad k(theta, theta) grad^T [d, d]: prior covariance of the gradient at theta."""
         ...
 
+    def grad_x(self, A: FloatArray, B: FloatArray) -> FloatArray:
+        """[p, q, d]: the derivative of k(a_i, b_j) with respect to its first argument a_i."""
+        ...
+
+    def grad_cross(self, theta: FloatArray, Z: FloatArray) -> FloatArray:
+        """[b, d, d]: H_j[a, c] = d^2 k(theta, z_j) / (dtheta_a dz_jc), the derivative of grad k(theta, z_j)
+        with respect to z_j."""
+        ...
+
 
 def _sqdist(A: FloatArray, B: FloatArray) -> FloatArray:
     diff = A[:, None, :] - B[None, :, :]
@@ -105,6 +118,20 @@ class SEKernel:
         out: FloatArray = np.eye(theta.shape[0]) * (self.signal_variance / self.lengthscale**2)
         return out
 
+    def grad_x(self, A: FloatArray, B: FloatArray) -> FloatArray:
+        diff = A[:, None, :] - B[None, :, :]  # [p, q, d]
+        k = self.signal_variance * np.exp(-0.5 * np.einsum("pqk,pqk->pq", diff, diff) / self.lengthscale**2)
+        out: FloatArray = diff * (-k / self.lengthscale**2)[:, :, None]
+        return out
+
+    def grad_cross(self, theta: FloatArray, Z: FloatArray) -> FloatArray:
+        l2 = self.lengthscale**2
+        r = theta[None, :] - Z  # [b, d]
+        k = self(theta[None, :], Z)[0]  # [b]
+        eye = np.eye(theta.shape[0])[None, :, :]
+        out: FloatArray = (k / l2)[:, None, None] * (eye - r[:, :, None] * r[:, None, :] / l2)
+        return out
+
 
 @dataclass(frozen=True)
 class PolynomialKernel:
@@ -135,4 +162,18 @@ class PolynomialKernel:
         out: FloatArray = p * s ** (p - 1) * np.eye(theta.shape[0])
         if p >= 2:
             out = out + p * (p - 1) * s ** (p - 2) * np.outer(theta, theta)
+        return out
+
+    def grad_x(self, A: FloatArray, B: FloatArray) -> FloatArray:
+        p = self.degree
+        s = A @ B.T + self.offset  # [p, q]
+        out: FloatArray = (p * s ** (p - 1))[:, :, None] * B[None, :, :]
+        return out
+
+    def grad_cross(self, theta: FloatArray, Z: FloatArray) -> FloatArray:
+        p = self.degree
+        s = Z @ theta + self.offset  # [b]
+        out: FloatArray = (p * s ** (p - 1))[:, None, None] * np.eye(theta.shape[0])[None, :, :]
+        if p >= 2:
+            out = out + (p * (p - 1) * s ** (p - 2))[:, None, None] * (Z[:, :, None] * theta[None, None, :])
         return out
