@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,11 @@ from shared.bo.strategies import get_strategy
 
 #: Coordinates of theta drawn in a gradient study's plot (the first ones; the title says how many in all).
 PLOT_COORDINATES = 10
+
+#: Rendered plots kept per process, keyed by what they show (``_plot_key``); the oldest is dropped first.
+PLOT_CACHE_SIZE = 64
+_plots: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+_plots_lock = threading.Lock()
 
 #: Audit entry columns published under their own names.
 _ENTRY_FIELDS = (
@@ -117,9 +124,37 @@ def plot_png(session: Session, study_id: str) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
 
     study = get_study(session, study_id)
+    # Everything drawn comes from the audit entries, which the head hash of their chain pins down (a new
+    # round moves it), and from the study's fixed fields: a repeat request is served the same bytes.
+    key = (
+        study.id,
+        study.audit_head,
+        study.iterations_done,
+        study.strategy,
+        study.release_id,
+        study.gradient_oracle_id,
+        study.n,
+        study.r,
+    )
+    with _plots_lock:
+        png = _plots.get(key)
+        if png is not None:
+            _plots.move_to_end(key)
+            return png
+    png = _render(session, study)
+    with _plots_lock:
+        _plots[key] = png
+        while len(_plots) > PLOT_CACHE_SIZE:
+            _plots.popitem(last=False)
+    return png
+
+
+def _render(session: Session, study: Any) -> bytes:
+    from matplotlib.figure import Figure
+
+    study_id = study.id
     fig = Figure(figsize=(6.4, 4.0), dpi=100)
     ax = fig.add_subplot()
     if get_strategy(study.strategy).runs_on == "gradient-oracle":

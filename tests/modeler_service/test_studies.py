@@ -341,6 +341,25 @@ def test_plot_png(client: TestClient) -> None:
     assert resp.content.startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_plot_is_rendered_once_per_state_of_the_study(client: TestClient, monkeypatch) -> None:
+    """A repeat request is served the rendered bytes; a recorded round (a new audit head) renders anew."""
+    from modeler_service import results
+
+    renders: list[str] = []
+    render = results._render
+    monkeypatch.setattr(
+        results, "_render", lambda session, study: renders.append(study.id) or render(session, study)
+    )
+    study = create(client, iterations=3)
+    url = f"/v1/studies/{study['id']}/plot.png"
+    empty = client.get(url).content
+    assert client.get(url).content == empty and len(renders) == 1
+    assert client.post(f"/v1/studies/{study['id']}/step").status_code == 200
+    one = client.get(url).content
+    assert one != empty and len(renders) == 2
+    assert client.get(url).content == one and len(renders) == 2
+
+
 def test_unknown_study_is_404(client: TestClient) -> None:
     for method, path in [
         ("GET", "/v1/studies/nope"),
