@@ -39,6 +39,7 @@ from curator_service.db import Database
 from curator_service.exceptions import CuratorError
 from curator_service.services import datasets as dataset_service
 from curator_service.services import queries as query_service
+from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError, PrivacyBudgetExceeded
@@ -105,7 +106,13 @@ TAGS = [
     },
     {"name": "partners", "description": "Partner tokens, their grants and query quotas (admin)."},
     {"name": "queries", "description": "Outcome queries by partners; results of manual measurements."},
-    {"name": "access log", "description": "Who called what and when (admin)."},
+    {
+        "name": "access log",
+        "description": "Who called what and when (admin). Every `/v1` request gets one entry, refused "
+        "ones included, written just after its response; the entry of an answered `column` query is "
+        "written in the query's own transaction (on disk with the answer; its `duration_ms` ends just "
+        "before that commit).",
+    },
     {"name": "health", "description": "Liveness and database reachability."},
 ]
 
@@ -211,7 +218,8 @@ class AccessLogMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith("/v1"):
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        pending = PendingEntry(scope["method"], scope["path"], time.perf_counter())
+        scope.setdefault("state", {})["access_log"] = pending  # a route may write it in its own transaction
         status = 500
 
         async def send_with_status(message: Message) -> None:
@@ -223,17 +231,10 @@ class AccessLogMiddleware:
         try:
             await self.app(scope, receive, send_with_status)
         finally:
-            principal = scope.get("state", {}).get("principal")
-            entry = {
-                "actor": principal.actor if principal is not None else "anonymous",
-                "partner_id": principal.partner_id if principal is not None else None,
-                "method": scope["method"],
-                "path": scope["path"][:500],
-                "status_code": status,
-                "duration_ms": (time.perf_counter() - started) * 1000.0,
-            }
-            with anyio.CancelScope(shield=True):
-                await self.gate.run_sync(self._write, entry)
+            if not pending.written:
+                entry = pending.fields(scope["state"].get("principal"), status)
+                with anyio.CancelScope(shield=True):
+                    await self.gate.run_sync(self._write, entry)
 
     def _write(self, entry: dict[str, Any]) -> None:
         try:

@@ -22,6 +22,7 @@ from curator_service.db import Database
 from curator_service.exceptions import Conflict, InvalidInput, NotFound, QuotaExceeded
 from curator_service.models import Dataset, Query
 from curator_service.services import outputs
+from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import Principal
 from curator_service.services.releases import get_release
 from curator_service.storage import ArrayStore
@@ -77,8 +78,12 @@ def create_query(
     release_id: int,
     index: int,
     idempotency_key: str | None,
+    access_entry: PendingEntry | None = None,
 ) -> tuple[Query, bool]:
     """Ask for the outcome of row ``index``. Returns (query, replayed).
+
+    ``access_entry``: the request's access-log entry; an answered ``column`` query writes it (status 201)
+    in the transaction of its answer (``access_log.PendingEntry``).
 
     Order (each step matters):
     1. access: the release exists and is granted to this partner (404 for either);
@@ -157,8 +162,12 @@ def create_query(
         faults.pause_point("query.after_commit")  # crash tests: the query is on record, not yet answered
         return _settle(session, store, query), False
     outputs.record_answer(session, query, dataset, _column_outcome(store, dataset, index), inserted=True)
+    if access_entry is not None:
+        access_entry.add(session, principal, 201)
     faults.pause_point("query.before_commit")  # crash tests: answered in memory, nothing on record yet
     session.commit()  # deliberate: question, charges and answer are on record before the answer is sent
+    if access_entry is not None:
+        access_entry.committed()
     return query, False
 
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from curator_service.api.deps import (
@@ -62,6 +62,7 @@ def create_query(
     partner: PartnerInSessionDep,
     session: SessionDep,
     components: ComponentsDep,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -71,7 +72,13 @@ def create_query(
     ] = None,
 ) -> QueryPublic:
     query, replayed = query_service.create_query(
-        session, components.store, partner, release_id, body.index, idempotency_key
+        session,
+        components.store,
+        partner,
+        release_id,
+        body.index,
+        idempotency_key,
+        getattr(request.state, "access_log", None),  # written with the answer (one commit)
     )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
