@@ -128,6 +128,36 @@ def stale_study_ids(session: Session) -> list[str]:
     return list(session.scalars(select(Study.id).where(Study.status.in_(ACTIVE_STATUSES)).order_by(Study.id)))
 
 
+def write_planned_round(
+    session: Session,
+    study_id: str,
+    *,
+    intent: dict[str, Any],
+    rounds_done: int,
+    iterations_done: int,
+    iterations_total: int,
+    claim_from: Sequence[str] | None = None,
+    run_target: int | None = None,
+) -> Study | None:
+    """Write the intent of a round planned without reading the study, iff the study is what the plan
+    assumed: no round in flight, ``rounds_done`` rounds and ``iterations_done`` of ``iterations_total``
+    queries recorded (and, with ``claim_from``, a status among those, which becomes ``running`` with
+    ``run_target``). One conditional ``UPDATE ... RETURNING``: the study as written, or None when it is not
+    what the plan assumed (nothing written; the caller plans from a read)."""
+    values: dict[str, Any] = {"pending_round": intent, "updated_at": utcnow()}
+    stmt = update(Study).where(
+        Study.id == study_id,
+        Study.pending_round.is_(None),
+        Study.rounds_done == rounds_done,
+        Study.iterations_done == iterations_done,
+        Study.iterations_total == iterations_total,
+    )
+    if claim_from is not None:
+        stmt = stmt.where(Study.status.in_(tuple(claim_from)))
+        values.update(status="running", run_target=run_target, error=None)
+    return session.scalars(stmt.values(**values).returning(Study)).one_or_none()
+
+
 def set_pending_round(session: Session, study_id: str, pending: dict[str, Any], *, awaiting: bool) -> None:
     """The round in flight with its curator query ids (and ``awaiting_measurement`` if one is pending)."""
     session.execute(

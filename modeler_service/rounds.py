@@ -197,22 +197,14 @@ def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> 
 @dataclass(frozen=True)
 class CachedPlan:
     """A round planned from the cache alone, and what it assumed of the study: that it had recorded
-    ``round - 1`` rounds and ``iterations_done`` queries, with ``budget`` requests allowed."""
+    ``round - 1`` rounds and ``iterations_done`` of ``iterations_total`` queries, with no round in flight.
+    If the study is exactly that (checked under its write lock by ``repo.write_planned_round``),
+    ``plan_round`` in that transaction would plan the very same round (same observed rounds, same round
+    number and seed, same budget)."""
 
     intent: RoundIntent
     iterations_done: int
-    budget: int
-
-    def fits(self, study: Study, budget: int) -> bool:
-        """Whether the study (as read under its write lock) is exactly what this plan assumed: no round in
-        flight, the same rounds and queries recorded, the same budget. Then ``plan_round`` in that
-        transaction would plan the very same round (same observed rounds, same round number and seed)."""
-        return (
-            study.pending_round is None
-            and study.rounds_done == self.intent.round - 1
-            and study.iterations_done == self.iterations_done
-            and budget == self.budget
-        )
+    iterations_total: int
 
 
 def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) -> CachedPlan | None:
@@ -220,8 +212,8 @@ def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) 
     has no caught-up strategy for the study (after a restart, a failed round) or its budget is used.
 
     ``budget(iterations_total, iterations_done)``: the requests the round may have. The plan is a guess:
-    the caller checks it against the study row under the write lock (``CachedPlan.fits``) and plans again
-    from the database if the study moved (another worker process recorded a round meanwhile).
+    the caller writes it only if the study row is what it assumed (``repo.write_planned_round``) and plans
+    again from the database if the study moved (another worker process recorded a round meanwhile).
     """
     state = ctx.cache.get(study_id)
     if state is None or state.facts is None:
@@ -233,7 +225,7 @@ def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) 
             return None
         allowed = budget(facts.iterations_total, done)
         planned = strategy.plan(budget=allowed, rng=round_rng(facts.seed, rounds_done + 1))
-    return CachedPlan(_intent(facts, rounds_done + 1, planned, allowed), done, allowed)
+    return CachedPlan(_intent(facts, rounds_done + 1, planned, allowed), done, facts.iterations_total)
 
 
 def _intent(facts: StudyFacts, round_no: int, planned: Sequence[Any], budget: int) -> RoundIntent:

@@ -140,10 +140,12 @@ class Stepper:
 
         The strategy plans before the write transaction, so that no other study waits for it (on SQLite
         the write lock is one for the whole database). Usually the cached strategy plans without reading
-        the database (``rounds.plan_cached``) and the write transaction checks the guess against the row
-        (``CachedPlan.fits``); if the study moved meanwhile (another worker process recorded a round), that
-        transaction is rolled back, claim included, and the round is planned as without a cache: from a
-        read transaction, then checked again under the write lock (and re-planned there if it moved again).
+        the database (``rounds.plan_cached``) and one conditional ``UPDATE ... RETURNING`` writes it, claim
+        included, iff the study is what the plan assumed (``repo.write_planned_round``). If the study moved
+        meanwhile (another worker process recorded a round; a round is in flight; it is not startable),
+        nothing is written and the round is planned as without a cache: from a read transaction, then
+        checked again under the write lock (and re-planned there if it moved again), where a study that
+        cannot step gets its 404 / 409.
         """
         ctx = self.ctx
         t0 = time.perf_counter()
@@ -152,20 +154,20 @@ class Stepper:
         )
         plan_s = time.perf_counter() - t0
         if cached is not None:
-            try:
-                with transaction(ctx.db) as session:
-                    study = self._claim(session, study_id, claim)
-                    intent = RoundIntent.of(study)
-                    if intent is None:
-                        _check_budget_left(study)
-                        if not cached.fits(study, _budget(study, settle_at, claim)):
-                            raise _Moved
-                        intent = cached.intent
-                        target = study.iterations_done + len(intent.requests) if claim else None
-                        rounds.save_intent(session, study, intent, run_target=target)
-                return study, intent, plan_s
-            except _Moved:
-                pass
+            planned = cached.intent
+            with transaction(ctx.db) as session:
+                written = repo.write_planned_round(
+                    session,
+                    study_id,
+                    intent=planned.to_json(),
+                    rounds_done=planned.round - 1,
+                    iterations_done=cached.iterations_done,
+                    iterations_total=cached.iterations_total,
+                    claim_from=service.STARTABLE if claim else None,
+                    run_target=cached.iterations_done + len(planned.requests) if claim else None,
+                )
+            if written is not None:
+                return written, planned, plan_s
         proposal: RoundIntent | None = None
         with transaction(ctx.db, write=False) as session:
             study = service.get_study(session, study_id)
@@ -281,10 +283,6 @@ def _check_budget_left(study: Study) -> None:
     """409 when the study, with no round in flight, has used all its iterations."""
     if study.iterations_done >= study.iterations_total:
         raise Conflict(f"study {study.id} is done: all {study.iterations_total} iterations are used")
-
-
-class _Moved(Exception):
-    """The study moved since the cached strategy planned its round (rolls back the claim transaction)."""
 
 
 class RunnerRegistry:
