@@ -128,36 +128,6 @@ def stale_study_ids(session: Session) -> list[str]:
     return list(session.scalars(select(Study.id).where(Study.status.in_(ACTIVE_STATUSES)).order_by(Study.id)))
 
 
-def write_planned_round(
-    session: Session,
-    study_id: str,
-    *,
-    intent: dict[str, Any],
-    rounds_done: int,
-    iterations_done: int,
-    iterations_total: int,
-    claim_from: Sequence[str] | None = None,
-    run_target: int | None = None,
-) -> Study | None:
-    """Write the intent of a round planned without reading the study, iff the study is what the plan
-    assumed: no round in flight, ``rounds_done`` rounds and ``iterations_done`` of ``iterations_total``
-    queries recorded (and, with ``claim_from``, a status among those, which becomes ``running`` with
-    ``run_target``). One conditional ``UPDATE ... RETURNING``: the study as written, or None when it is not
-    what the plan assumed (nothing written; the caller plans from a read)."""
-    values: dict[str, Any] = {"pending_round": intent, "updated_at": utcnow()}
-    stmt = update(Study).where(
-        Study.id == study_id,
-        Study.pending_round.is_(None),
-        Study.rounds_done == rounds_done,
-        Study.iterations_done == iterations_done,
-        Study.iterations_total == iterations_total,
-    )
-    if claim_from is not None:
-        stmt = stmt.where(Study.status.in_(tuple(claim_from)))
-        values.update(status="running", run_target=run_target, error=None)
-    return session.scalars(stmt.values(**values).returning(Study)).one_or_none()
-
-
 def set_pending_round(session: Session, study_id: str, pending: dict[str, Any], *, awaiting: bool) -> None:
     """The round in flight with its curator query ids (and ``awaiting_measurement`` if one is pending)."""
     session.execute(
@@ -246,6 +216,56 @@ _ADVANCE_AND_SETTLE = (
         run_target=case((_ACTIVE, null()), else_=_STUDIES.c.run_target),
     )
 )
+
+
+_PLANNED_WHERE = (
+    (_STUDIES.c.id == bindparam("b_id"))
+    & _STUDIES.c.pending_round.is_(None)
+    & (_STUDIES.c.rounds_done == bindparam("b_rounds_done"))
+    & (_STUDIES.c.iterations_done == bindparam("b_done"))
+    & (_STUDIES.c.iterations_total == bindparam("b_total"))
+)
+_PLANNED_VALUES: dict[str, Any] = {"pending_round": bindparam("b_intent"), "updated_at": bindparam("b_now")}
+_WRITE_PLANNED = update(_STUDIES).where(_PLANNED_WHERE).values(**_PLANNED_VALUES).returning(*_STUDIES.c)
+_CLAIM_PLANNED = (
+    update(_STUDIES)
+    .where(_PLANNED_WHERE & _STUDIES.c.status.in_(bindparam("b_from", expanding=True)))
+    .values(**_PLANNED_VALUES, status="running", run_target=bindparam("b_target"), error=null())
+    .returning(*_STUDIES.c)
+)
+
+
+def write_planned_round(
+    session: Session,
+    study_id: str,
+    *,
+    intent: dict[str, Any],
+    rounds_done: int,
+    iterations_done: int,
+    iterations_total: int,
+    claim_from: Sequence[str] | None = None,
+    run_target: int | None = None,
+) -> Study | None:
+    """Write the intent of a round planned without reading the study, iff the study is what the plan
+    assumed: no round in flight, ``rounds_done`` rounds and ``iterations_done`` of ``iterations_total``
+    queries recorded (and, with ``claim_from``, a status among those, which becomes ``running`` with
+    ``run_target``). One conditional ``UPDATE ... RETURNING`` (built once, Core): the study as written, as
+    a detached ``Study`` nobody tracks, or None when it is not what the plan assumed (nothing written; the
+    caller plans from a read)."""
+    params: dict[str, Any] = {
+        "b_id": study_id,
+        "b_rounds_done": rounds_done,
+        "b_done": iterations_done,
+        "b_total": iterations_total,
+        "b_intent": intent,
+        "b_now": utcnow(),
+    }
+    stmt = _WRITE_PLANNED
+    if claim_from is not None:
+        stmt = _CLAIM_PLANNED
+        params.update(b_from=list(claim_from), b_target=run_target)
+    row = session.connection().execute(stmt, params).one_or_none()
+    return None if row is None else Study(**row._asdict())
 
 
 def insert_audit_entries(session: Session, entries: Sequence[AuditEntry]) -> None:
