@@ -96,7 +96,14 @@ class CsvStream:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
             raise InvalidInput("line 1 (the header) is not valid UTF-8 text") from None
-        names = [name.strip() for name in next(csv.reader([text.rstrip("\r\n")]))]
+        try:
+            names = [name.strip() for name in next(csv.reader([text.rstrip("\r\n")]))]
+        except csv.Error as exc:  # e.g. a lone carriage return inside the header row
+            why = "a carriage return (\\r) inside the row" if "\r" in text.rstrip("\r\n") else str(exc)
+            raise InvalidInput(
+                f"line 1 (the header) is not a valid CSV row: {why}; end lines with \\n or \\r\\n only and "
+                "put any name that contains a comma, a quote or a line break in double quotes"
+            ) from None
         for j, name in enumerate(names):
             if not name:
                 raise InvalidInput(f"the header (line 1) has an empty name in {_ordinal(j)}")

@@ -31,9 +31,15 @@ class Components:
     admin_token_hash: str
 
 
-def get_components(request: Request) -> Components:
+def components_of(request: Request) -> Components:
     components: Components = request.app.state.components
     return components
+
+
+async def get_components(request: Request) -> Components:
+    """The app's components. (Dependencies that do no I/O are ``async``: FastAPI runs a plain ``def``
+    dependency in the worker-thread pool, a hop that costs more than the dependency itself.)"""
+    return components_of(request)
 
 
 ComponentsDep = Annotated[Components, Depends(get_components)]
@@ -47,7 +53,7 @@ def get_session(request: Request) -> Iterator[Session]:
     write session (SQLite: BEGIN IMMEDIATE at the first statement). If the transaction does not commit,
     the callbacks registered with ``services.datasets.on_rollback`` run (they delete files written for it).
     """
-    db = get_components(request).db
+    db = components_of(request).db
     yield from request_session(db, write=request.method not in READ_METHODS)
 
 
@@ -63,7 +69,7 @@ def get_principal(
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
-    components = get_components(request)
+    components = components_of(request)
     principal = authenticate(components.db, components.admin_token_hash, credentials.credentials)
     if principal is None:
         raise Unauthorized("invalid or revoked token")
@@ -85,22 +91,33 @@ def get_partner_in_session(
     The partner row stays in the session, so the route reads it again without a statement. 401 for a
     missing, invalid or revoked token and 403 for the admin token, as :func:`require_partner`.
     """
+    return partner_in_session(request, credentials, session)
+
+
+def partner_in_session(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, session: Session
+) -> Principal:
+    """:func:`get_partner_in_session` as a plain call, for a route that opens its session itself."""
     if credentials is None or not credentials.credentials:
         raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
-    principal = authenticate_in(session, get_components(request).admin_token_hash, credentials.credentials)
+    principal = authenticate_in(session, components_of(request).admin_token_hash, credentials.credentials)
     if principal is None:
         raise Unauthorized("invalid or revoked token")
     request.state.principal = principal
-    return require_partner(principal)
+    return _partner_only(principal)
 
 
-def require_admin(principal: PrincipalDep) -> Principal:
+async def require_admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise Forbidden("this endpoint needs the curator's admin token; a partner token is not allowed")
     return principal
 
 
-def require_partner(principal: PrincipalDep) -> Principal:
+async def require_partner(principal: PrincipalDep) -> Principal:
+    return _partner_only(principal)
+
+
+def _partner_only(principal: Principal) -> Principal:
     if principal.is_admin:
         raise Forbidden(
             "queries are asked with a partner token (create one with POST /v1/partners); "
@@ -113,3 +130,17 @@ AdminDep = Annotated[Principal, Depends(require_admin)]
 PartnerDep = Annotated[Principal, Depends(require_partner)]
 #: :data:`PartnerDep` authenticated in the request's session (routes that use ``SessionDep`` anyway).
 PartnerInSessionDep = Annotated[Principal, Depends(get_partner_in_session)]
+
+
+async def bearer_credentials(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> HTTPAuthorizationCredentials:
+    """The bearer credentials as sent; 401 when there are none (checked before the body is validated, as
+    an authenticating dependency would be). The token itself is checked by :func:`partner_in_session`."""
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
+    return credentials
+
+
+#: The bearer credentials (a route that authenticates in a session it opens itself).
+CredentialsDep = Annotated[HTTPAuthorizationCredentials, Depends(bearer_credentials)]

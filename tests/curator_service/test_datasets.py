@@ -108,6 +108,7 @@ async def test_tolerates_bom_crlf_quotes_blank_lines_and_no_final_newline(client
         (b"a,b,a\n1,2,3\n4,5,6\n", {}, "the header (line 1) has duplicate column names: 'a'"),
         (b"a,,c\n1,2,3\n4,5,6\n", {}, "the header (line 1) has an empty name in column 2"),
         (b"a,b\n1,2\n\xff,3\n", {}, "line 3 is not valid UTF-8 text"),
+        (b"a\rz,b\n1,2\n3,4\n", {}, "line 1 (the header) is not a valid CSV row: a carriage return"),
         (
             b"a,b\n1,2\n3,4\n",
             {"features": "a,zz"},

@@ -6,20 +6,24 @@ import asyncio
 import time
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from curator_service.api.deps import (
     AdminDep,
     ComponentsDep,
-    PartnerInSessionDep,
+    CredentialsDep,
     PrincipalDep,
     RowId,
     SessionDep,
+    components_of,
+    partner_in_session,
 )
 from curator_service.schemas import query_public
 from curator_service.services import queries as query_service
 from shared.protocol.schemas import QueriesPublic, QueryCreate, QueryLogVerification, QueryPublic, QueryResult
+from shared.servicekit.db import transaction
 
 router = APIRouter(tags=["queries"])
 
@@ -56,12 +60,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         429: {"description": "The partner's query quota is used up."},
     },
 )
-def create_query(
+async def create_query(
     release_id: RowId,
     body: QueryCreate,
-    partner: PartnerInSessionDep,
-    session: SessionDep,
-    components: ComponentsDep,
+    credentials: CredentialsDep,
     request: Request,
     response: Response,
     idempotency_key: Annotated[
@@ -71,18 +73,29 @@ def create_query(
         ),
     ] = None,
 ) -> QueryPublic:
-    query, replayed = query_service.create_query(
-        session,
-        components.store,
-        partner,
-        release_id,
-        body.index,
-        idempotency_key,
-        getattr(request.state, "access_log", None),  # written with the answer (one commit)
-    )
+    # The hot path of every iteration: authentication, the query and its commit run in one hop to the
+    # worker-thread pool, in one write transaction (as ``PartnerInSessionDep`` + ``SessionDep`` would, in
+    # four hops).
+    components = components_of(request)
+
+    def ask() -> tuple[QueryPublic, bool]:
+        with transaction(components.db) as session:
+            partner = partner_in_session(request, credentials, session)
+            query, replayed = query_service.create_query(
+                session,
+                components.store,
+                partner,
+                release_id,
+                body.index,
+                idempotency_key,
+                getattr(request.state, "access_log", None),  # written with the answer (one commit)
+            )
+            return query_public(query), replayed
+
+    public, replayed = await anyio.to_thread.run_sync(ask)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return query_public(query)
+    return public
 
 
 @router.get(
