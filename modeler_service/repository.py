@@ -271,7 +271,8 @@ def write_planned_round(
 def insert_audit_entries(session: Session, entries: Sequence[AuditEntry]) -> None:
     """The only write to the audit table: inserts (entries are never updated or deleted)."""
     keys = [key for key in _AUDIT.columns.keys() if key != "id"]
-    session.execute(_INSERT_AUDIT, [{key: getattr(entry, key) for key in keys} for entry in entries])
+    rows = [{key: getattr(entry, key) for key in keys} for entry in entries]
+    session.connection().execute(_INSERT_AUDIT, rows)  # (Core on the session's connection: no ORM step)
 
 
 def advance_study(
@@ -309,5 +310,5 @@ def advance_study(
     stmt = _ADVANCE
     if settle_status is not None:
         stmt, params["b_status"] = _ADVANCE_AND_SETTLE, settle_status
-    result = session.execute(stmt, params)
+    result = session.connection().execute(stmt, params)
     return bool(getattr(result, "rowcount", 0) == 1)
