@@ -28,9 +28,8 @@ Lemma 3.1 (noise 2 B sqrt(T) / (n mu)), Remark 4.1 (AdaGrad), Section 4, App. C.
   width-5 box from a random start even with every sign right; surrogate length-scale 1 (checked against 0.5
   and 0.25 by the cosine between the clipped surrogate gradient and a finite-difference gradient of f along
   the path: 0.8-0.97 at 1, <= 0.7 at 0.5, ~0 at 0.25); the batch optimisation (``optimize_batch``, L-BFGS-B
-  over b d = 110 variables) capped at ``maxiter`` = 100 iterations per step, chosen for the time budget when
-  the gradient was by finite differences (about a third of the time of the default 200 at a similar gradient
-  accuracy) and kept so that results stay comparable. Error:
+  over b d = 110 variables) capped at ``maxiter`` = 100 iterations per step (chosen for the time budget when
+  the gradient was by finite differences; kept so that results stay comparable). Error:
   validation loss minus the best validation loss seen in that run by any method (DP-GIBO's iterates and
   design points included). DP-GIBO's path is f(theta_t) after t b evaluations: its output is its iterate
   (Alg. 1 line 10) -- it cannot pick its best design point without spending privacy on the (private) losses,
