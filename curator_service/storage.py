@@ -145,6 +145,9 @@ def _open_private(path: Path) -> BinaryIO:
 
 #: Read-only maps an ``ArrayStore`` keeps for reuse (each costs an open file and address space, no memory).
 MAPPED_ARRAYS = 32
+#: How often (seconds, at most) ``load`` drops kept maps of files deleted meanwhile, e.g. by another worker
+#: process: a map keeps an unlinked file's disk space until it is closed.
+UNLINKED_CHECK_SECONDS = 10.0
 
 
 class ArrayStore:
@@ -158,6 +161,7 @@ class ArrayStore:
         self._verified: dict[str, tuple[int, int, str]] = {}
         self._mapped: dict[str, tuple[tuple[int, int, str], np.memmap]] = {}
         self._lock = threading.Lock()
+        self._unlinked_checked = time.monotonic()
 
     # -- names
     def new_relpath(self, kind: str, suffix: str) -> str:
@@ -235,6 +239,8 @@ class ArrayStore:
         again while the file's size, mtime and hash are the ones verified: a query reads one outcome
         without parsing the file's header and mapping it again."""
         path = self.verify(relpath, sha256)
+        if time.monotonic() - self._unlinked_checked >= UNLINKED_CHECK_SECONDS:
+            self._drop_unlinked()
         with self._lock:
             verified = self._verified.get(str(path))
             mapped = self._mapped.get(str(path))
@@ -248,6 +254,19 @@ class ArrayStore:
                 while len(self._mapped) > MAPPED_ARRAYS:
                     del self._mapped[next(iter(self._mapped))]  # the least recently mapped
         return array
+
+    def _drop_unlinked(self) -> None:
+        """Forget the kept maps (and verifications) of files that no longer exist: another worker process
+        deleted their dataset or release. Closing the map frees the unlinked file's disk space."""
+        self._unlinked_checked = time.monotonic()
+        with self._lock:
+            kept = list(self._mapped)
+        gone = [name for name in kept if not os.path.exists(name)]
+        if gone:
+            with self._lock:
+                for name in gone:
+                    self._mapped.pop(name, None)
+                    self._verified.pop(name, None)
 
     # -- housekeeping
     def sweep(self, referenced: set[str], min_age_seconds: float = 3600.0) -> int:

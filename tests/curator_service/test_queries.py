@@ -318,6 +318,28 @@ async def test_idempotency_key_too_long_is_422(world: World) -> None:
     )
 
 
+def test_a_kept_map_of_a_file_another_worker_deleted_is_dropped(tmp_path, monkeypatch) -> None:
+    """Two workers' stores over one data dir: the map one keeps of a file the other deletes is dropped by
+    its next load (at most every ``UNLINKED_CHECK_SECONDS``), so the unlinked file's space is freed."""
+    from curator_service import storage
+
+    first, second = storage.ArrayStore(tmp_path), storage.ArrayStore(tmp_path)
+    saved = []
+    for k in range(2):
+        relpath = first.new_relpath("datasets", f"outcomes{k}")
+        path = first.abspath(relpath)
+        np.save(path, np.arange(5.0) + k)
+        saved.append((relpath, hashlib.sha256(path.read_bytes()).hexdigest()))
+    (gone, gone_sha), (kept, kept_sha) = saved
+    mapped = first.load(gone, gone_sha)
+    assert first.load(gone, gone_sha) is mapped and len(first._mapped) == 1
+    second.delete(gone)  # another worker deletes the dataset
+    monkeypatch.setattr(storage, "UNLINKED_CHECK_SECONDS", 0.0)
+    first.load(kept, kept_sha)
+    assert list(first._mapped) == [str(first.abspath(kept))]
+    assert str(first.abspath(gone)) not in first._verified
+
+
 async def test_an_outcome_file_altered_after_it_was_mapped_is_refused(world: World, app, data_dir) -> None:
     """The store hands out its kept map of the outcomes only while the file is the one it verified."""
     assert (await _query(world, 3)).status_code == 201
