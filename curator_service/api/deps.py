@@ -63,14 +63,19 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 RowId = Annotated[int, Path(ge=-(2**31), le=2**31 - 1)]
 
 
+def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The bearer token sent; 401 when there is none."""
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
+    return credentials.credentials
+
+
 def get_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Principal:
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
     components = components_of(request)
-    principal = authenticate(components.db, components.admin_token_hash, credentials.credentials)
+    principal = authenticate(components.db, components.admin_token_hash, _token(credentials))
     if principal is None:
         raise Unauthorized("invalid or revoked token")
     request.state.principal = principal
@@ -98,9 +103,7 @@ def partner_in_session(
     request: Request, credentials: HTTPAuthorizationCredentials | None, session: Session
 ) -> Principal:
     """:func:`get_partner_in_session` as a plain call, for a route that opens its session itself."""
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
-    principal = authenticate_in(session, components_of(request).admin_token_hash, credentials.credentials)
+    principal = authenticate_in(session, components_of(request).admin_token_hash, _token(credentials))
     if principal is None:
         raise Unauthorized("invalid or revoked token")
     request.state.principal = principal
@@ -137,8 +140,8 @@ async def bearer_credentials(
 ) -> HTTPAuthorizationCredentials:
     """The bearer credentials as sent; 401 when there are none (checked before the body is validated, as
     an authenticating dependency would be). The token itself is checked by :func:`partner_in_session`."""
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized("missing bearer token: send the header 'Authorization: Bearer <token>'")
+    _token(credentials)
+    assert credentials is not None
     return credentials
 
 
