@@ -50,7 +50,8 @@ from shared.bo.gibo.loop import DPGiboResult
 from shared.bo.gibo.losses import huber_regression
 from shared.bo.gibo.private_gradient import clip_rows, noise_std, private_gradient_diagnostics
 from shared.bo.gibo.updates import GradientDescent
-from shared.bo.gp import Hyperparameters, fit_hyperparameters, se_kernel
+from shared.bo.gp import Hyperparameters, se_kernel
+from shared.bo.mle import fit_hyperparameters
 
 FloatArray = npt.NDArray[np.float64]
 NoiseFn = Callable[[float, int], FloatArray]
@@ -315,7 +316,7 @@ def gp_ucb(
     Srinivas et al. (ICML 2010), the rule of their Theorem 1 on a finite candidate set C:
     x_t = argmin_{x in C} m(x) - sqrt(beta_t) s(x), beta_t = 2 log(|C| t^2 pi^2 / (6 delta)). The surrogate is
     an isotropic SE GP on the standardised values (constant mean), hyper-parameters by type-II maximum
-    likelihood (``shared.bo.gp.fit_hyperparameters``) every ``refit_every`` evaluations. Initial design: x0
+    likelihood (``shared.bo.mle.fit_hyperparameters``) every ``refit_every`` evaluations. Initial design: x0
     and n_init - 1 (default d) uniform points; C: half uniform in the box, half N(incumbent, (0.1 width)^2).
     """
     d = int(bounds.shape[0])

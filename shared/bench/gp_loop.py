@@ -131,20 +131,29 @@ def reference_choices(Z: np.ndarray, f: np.ndarray, first: int, T: int) -> list[
 
 def float32_difference(Z: np.ndarray, f: np.ndarray, first: int, T: int) -> dict[str, Any]:
     """The float64 and float32-factor loops stepped side by side: the largest |UCB difference| over every
-    candidate and step (up to the first different choice, if any) and how many of the T choices agree."""
+    candidate and step (up to the first different choice, if any), how many of the T choices agree, and the
+    float32 GP's own a-posteriori bound on that difference (``GaussianProcess.ucb_bound``: over every
+    candidate, and at the chosen row by its std), its largest value over the steps and whether the measured
+    difference stayed within it at every step."""
     engines = [
         GPUCB(Z, hyperparameters=HP, prior_mean="zero", delta_prime=DELTA_PRIME, factor_dtype=dtype)
         for dtype in ("float64", "float32")
     ]
     worst, same, diverged = 0.0, 0, None
+    bound, bound_at_choice, within = 0.0, 0.0, True
     for engine in engines:
         engine.observe(first, float(f[first]))
     for step in range(T):
-        (u64, _, _), (u32, _, _) = (engine.acquisition() for engine in engines)
+        (u64, _, _), (u32, beta, _) = (engine.acquisition() for engine in engines)
         finite = np.isfinite(u64)
-        if diverged is None:
-            worst = max(worst, float(np.abs(u64[finite] - u32[finite]).max()))
         choices = [int(np.argmax(u64)), int(np.argmax(u32))]
+        if diverged is None:
+            gap = float(np.abs(u64[finite] - u32[finite]).max())
+            gp32, c = engines[1].gp, math.sqrt(beta)
+            step_bound = gp32.ucb_bound(c)
+            worst, bound = max(worst, gap), max(bound, step_bound)
+            bound_at_choice = max(bound_at_choice, gp32.ucb_bound(c, gp32.posterior_at(choices[1])[1]))
+            within = within and gap <= step_bound
         same += choices[0] == choices[1]
         if choices[0] != choices[1] and diverged is None:
             diverged = step
@@ -152,7 +161,14 @@ def float32_difference(Z: np.ndarray, f: np.ndarray, first: int, T: int) -> dict
             engine.observe(i, float(f[i]))
     for engine in engines:
         engine.gp.factor.release()
-    return {"max_abs_ucb_difference": worst, "same_choices": same, "first_different_step": diverged}
+    return {
+        "max_abs_ucb_difference": worst,
+        "ucb_difference_bound": bound,
+        "ucb_difference_bound_at_choice": bound_at_choice,
+        "within_bound": within,
+        "same_choices": same,
+        "first_different_step": diverged,
+    }
 
 
 def bench_floor(n: int, seed: int, T: int = 100, repeats: int = 3) -> dict[str, Any]:

@@ -336,12 +336,12 @@ def main(
         )
     versus = floor["float32"]["versus_float64"]
     table.add_row(
-        "  float32 factor vs float64: max |UCB difference|, same choices",
+        "  float32 factor vs float64: max |UCB difference| (bound: all rows / chosen rows), same choices",
         f"{versus['max_abs_ucb_difference']:.1e}",
-        "",
+        f"bound {versus['ucb_difference_bound']:.1e} / {versus['ucb_difference_bound_at_choice']:.1e}",
         f"{versus['same_choices']}/{floor['T']} same",
-        "",
-        "",
+        "within the bound",
+        str(versus["within_bound"]),
     )
     if large is not None:
         table.add_row(

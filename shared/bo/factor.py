@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["FactorRows", "available_memory_bytes", "set_default_spill_directory"]
+__all__ = ["FactorRows", "available_memory_bytes", "give_back", "set_default_spill_directory", "take_spare"]
 
 #: Rows per block: large enough that one dgemv per block runs at full bandwidth, small enough that the
 #: unused tail of the last block (allocated, never touched) is at most 31 rows.
@@ -43,7 +43,7 @@ BLOCK_ROWS = 32
 SPILL_MARGIN_BYTES = 1 << 30
 
 #: In-memory blocks kept for reuse after their factor is gone (process-wide, all n together).
-SPARE_LIMIT_BYTES = 1 << 30
+SPARE_LIMIT_BYTES = 3 << 29
 
 #: Where ``spill="auto"`` factors without their own ``spill_directory`` go (the modeler sets its data dir's
 #: ``factor-spill`` at start-up: ``set_default_spill_directory``). None: such factors stay in memory.
@@ -53,15 +53,17 @@ _spares: list[FloatArray] = []
 _spares_lock = threading.Lock()
 
 
-def _give_back(blocks: list[FloatArray]) -> None:
-    """Keep released in-memory blocks for reuse, up to ``SPARE_LIMIT_BYTES`` in all (newest kept)."""
+def give_back(blocks: list[FloatArray]) -> None:
+    """Keep released in-memory arrays (a factor's blocks, a GP's work arrays) for reuse, up to
+    ``SPARE_LIMIT_BYTES`` in all (newest kept)."""
     with _spares_lock:
         _spares.extend(b for b in blocks if not isinstance(b, np.memmap))
         while sum(b.nbytes for b in _spares) > SPARE_LIMIT_BYTES:
             _spares.pop(0)
 
 
-def _take_spare(shape: tuple[int, int], dtype: np.dtype[Any]) -> Any:
+def take_spare(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    """A kept array of exactly this shape and dtype (its contents are stale), or None."""
     with _spares_lock:
         for k, block in enumerate(_spares):
             if block.shape == shape and block.dtype == dtype:
@@ -122,7 +124,7 @@ class FactorRows:
         self._blocks: list[FloatArray] = []
         self._files: list[IO[bytes]] = []
         self.t = 0
-        weakref.finalize(self, _give_back, self._blocks)
+        weakref.finalize(self, give_back, self._blocks)
 
     # -- storage ---------------------------------------------------------------------------------------
     @property
@@ -144,7 +146,7 @@ class FactorRows:
         shape = (self.block_rows, self.n)
         nbytes = self.dtype.itemsize * self.block_rows * self.n
         if not self._spills(nbytes):
-            spare = _take_spare(shape, self.dtype)
+            spare = take_spare(shape, self.dtype)
             return spare if spare is not None else np.empty(shape, dtype=self.dtype)
         fh = tempfile.TemporaryFile(dir=self._directory())  # noqa: SIM115 - closed in release()
         fh.truncate(nbytes)
@@ -159,7 +161,7 @@ class FactorRows:
 
     def release(self) -> None:
         """Give every block up (in-memory ones to the spare list; memory-mapped files are closed)."""
-        _give_back(self._blocks)
+        give_back(self._blocks)
         self._blocks.clear()
         for fh in self._files:
             fh.close()

@@ -23,24 +23,28 @@ hyper-parameters rebuilds the factorisation from scratch (O(n t r + n t^2)), on 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.linalg import cho_factor, cho_solve, solve_triangular
+from scipy.linalg import solve_triangular
 
-from shared.bo.factor import FactorRows
-from shared.bo.parallel import split
+from shared.bo.factor import FactorRows, give_back, take_spare
+from shared.bo.parallel import CHUNK, split
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["GaussianProcess", "Hyperparameters", "fit_hyperparameters", "median_distance", "se_kernel"]
+__all__ = ["GaussianProcess", "Hyperparameters", "median_distance", "se_kernel"]
 
 #: Added to the diagonal of K (beside the noise variance) for numerical stability.
 DEFAULT_JITTER = 1e-10
+
+#: float32's unit roundoff (a float32 factor's error bounds, ``GaussianProcess.float32_bounds``).
+F32_UNIT = 2.0**-24
 
 
 @dataclass(frozen=True)
@@ -147,17 +151,30 @@ class GaussianProcess:
         self._A.clear()  # (its blocks are kept for the rebuild's rows)
         self._w = np.empty(cap)  # L^{-1} y
         self._u = np.empty(cap)  # L^{-1} 1
+        self._err = np.zeros(cap)  # float32 factor: bounds on |stored row - float64 row| (``float32_bounds``)
         self.t = 0
-        self._p = np.zeros(self.n)  # A^T L^{-1} y
-        self._q = np.zeros(self.n)  # A^T L^{-1} 1
-        self._var = np.full(self.n, float(self.hp.signal_variance))
-        self._scratch = np.empty(self.n)
-        self._row = np.empty(self.n) if self.factor_dtype == "float32" else None  # the new row, in float64
-        ls = np.asarray(self.hp.lengthscale, dtype=np.float64)
         r = self.Z.shape[1]
+        if getattr(self, "_work", None) is None:
+            # The per-candidate arrays and [Z/l; -|Z/l|^2/2]: taken from the arrays a released GP or factor
+            # over the same n gave back when there are some (fresh memory costs more to touch than to
+            # read, see ``shared.bo.factor``), given back when this GP is collected.
+            rows = 6 if self.factor_dtype == "float32" else 5
+            self._work = take_spare((rows, self.n), np.dtype(np.float64))
+            if self._work is None:
+                self._work = np.empty((rows, self.n))
+            self._ST = take_spare((r + 1, self.n), np.dtype(np.float64))
+            if self._ST is None:
+                self._ST = np.empty((r + 1, self.n))
+            weakref.finalize(self, give_back, [self._work, self._ST])
+        self._p, self._q, self._var = self._work[0], self._work[1], self._work[2]  # A^T L^-1 y, A^T L^-1 1
+        self._scratch, self._ucb = self._work[3], self._work[4]
+        self._row = self._work[5] if self.factor_dtype == "float32" else None  # the new row, in float64
+        self._p.fill(0.0)
+        self._q.fill(0.0)
+        self._var.fill(float(self.hp.signal_variance))
+        self._ucb_for: tuple[int, float] | None = None  # (t, c) of the values in _ucb, while valid
+        ls = np.asarray(self.hp.lengthscale, dtype=np.float64)
         # [Z / l ; -|Z / l|^2 / 2]^T as one [r + 1, n] array: k(Z_j, Z) is one dgemv over it (kernel_row)
-        if getattr(self, "_ST", None) is None:
-            self._ST = np.empty((r + 1, self.n))
         np.divide(self.Z.T, ls[:, None] if ls.ndim else ls, out=self._ST[:r])
         self._sqnorm = np.einsum("ij,ij->j", self._ST[:r], self._ST[:r])
         np.multiply(self._sqnorm, -0.5, out=self._ST[r])
@@ -165,9 +182,10 @@ class GaussianProcess:
     def _grow(self) -> None:
         """Double the capacity of the small per-observation arrays (A grows by blocks on its own)."""
         cap = 2 * self._idx.size
-        idx, y, L, w, u = self._idx, self._y, self._L, self._w, self._u
+        idx, y, L, w, u, err = self._idx, self._y, self._L, self._w, self._u, self._err
         self._idx = np.empty(cap, dtype=np.int64)
-        self._y, self._w, self._u = np.empty(cap), np.empty(cap), np.empty(cap)
+        self._y, self._w, self._u, self._err = np.empty(cap), np.empty(cap), np.empty(cap), np.zeros(cap)
+        self._err[: self.t] = err[: self.t]
         self._L = np.zeros((cap, cap))
         t = self.t
         self._idx[:t], self._y[:t], self._w[:t], self._u[:t] = idx[:t], y[:t], w[:t], u[:t]
@@ -209,7 +227,7 @@ class GaussianProcess:
             np.minimum(part, log_s2, out=part)
             np.exp(part, out=part)
 
-        split(finish, self.n)
+        split(finish, self.n, chunk=CHUNK)
 
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
@@ -227,14 +245,14 @@ class GaussianProcess:
         return out
 
     # -- updates ---------------------------------------------------------------------------------------
-    def add(self, index: int, y: float) -> None:
+    def add(self, index: int, y: float, *, ucb_scale: float | None = None) -> None:
         """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r)).
 
         The new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` is built in place in A's next row (kernel row, then
-        one accumulating dgemv per block of A: A is read once), and p, q and the variance are updated from
-        it with BLAS axpy: about eight passes over n beside the read of A."""
-        from scipy.linalg.blas import daxpy
-
+        one accumulating dgemv per block of A: A is read once); p, q and the variance are then updated from it
+        in one pass over n, chunk by chunk (``_update``). With ``ucb_scale`` c, the same pass also writes
+        ``mean + c std`` of the updated posterior, which ``ucb_values(c)`` then returns without another pass
+        (GP-UCB's next acquisition)."""
         j = int(index)
         if not 0 <= j < self.n:
             raise InputDataError(f"index must be in [0, {self.n - 1}], got {index}")
@@ -252,37 +270,103 @@ class GaussianProcess:
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
         d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
         l_tt = math.sqrt(max(d2, self.jitter))
+        stored: tuple[FloatArray, FloatArray | None] | None = None
         if self._row is None:
             self._A.gemv_into(lvec, a, alpha=-1.0 / l_tt, beta=1.0 / l_tt)  # a = (k_row - l^T A) / l_tt
-        else:  # float32 factor: l^T A by sgemv, then a in float64, stored rounded and read back
-            g, row, inv = self._A.project(lvec), self._A.next_row(), 1.0 / l_tt
-
-            def make_row(s: slice) -> None:
-                part = a[s]
-                if g is not None:
-                    np.subtract(part, g[s], out=part)
-                part *= inv
-                row[s] = part
-                part[...] = row[s]
-
-            split(make_row, self.n)
+        else:  # float32 factor: l^T A by sgemv now; the row is finished in float64 by ``_update``
+            g = self._A.project(lvec)
+            stored = (self._A.next_row(), None if g is None else g)
         w = (float(y) - float(lvec @ self._w[:t])) / l_tt
         u = (1.0 - float(lvec @ self._u[:t])) / l_tt
         self._L[t, :t], self._L[t, t] = lvec, l_tt
         self._w[t], self._u[t] = w, u
         self._idx[t], self._y[t] = j, float(y)
-        daxpy(a, self._p, a=w)
-        if self.prior_mean == "empirical":  # q is read only by an empirical prior mean
-            daxpy(a, self._q, a=u)
-        var, scratch = self._var, self._scratch
-
-        def shrink(s: slice) -> None:
-            np.multiply(a[s], a[s], out=scratch[s])
-            np.subtract(var[s], scratch[s], out=var[s])
-
-        split(shrink, self.n)
+        if stored is not None:
+            self._err[t] = self._row_error_bound(lvec, l_tt)
+        m = float(self._y[: t + 1].mean()) if self.prior_mean == "empirical" else 0.0  # self.m at t + 1
+        self._update(a, w, u, 1.0 / l_tt, stored, None if ucb_scale is None else (float(ucb_scale), m))
         self._A.commit()
         self.t = t + 1
+        self._ucb_for = None if ucb_scale is None else (self.t, float(ucb_scale))
+
+    def _update(
+        self,
+        a: FloatArray,
+        w: float,
+        u: float,
+        inv: float,
+        stored: tuple[FloatArray, FloatArray | None] | None,
+        ucb: tuple[float, float] | None,
+    ) -> None:
+        """One chunked pass over n after the new row's BLAS work: (float32 factor: ``a <- (a - g) inv``,
+        stored rounded in ``row`` and read back), ``p += w a``, ``q += u a`` (empirical prior mean only),
+        ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition ``mean + c std`` into ``_ucb``."""
+        p, q, var, scratch = self._p, self._q, self._var, self._scratch
+        empirical = self.prior_mean == "empirical"
+
+        def run(s: slice) -> None:
+            part, tmp = a[s], scratch[s]
+            if stored is not None:
+                row, g = stored
+                if g is not None:
+                    np.subtract(part, g[s], out=part)
+                np.multiply(part, inv, out=row[s], casting="same_kind")  # in float64, stored rounded
+                part[...] = row[s]
+            np.multiply(part, w, out=tmp)
+            np.add(p[s], tmp, out=p[s])
+            if empirical:
+                np.multiply(part, u, out=tmp)
+                np.add(q[s], tmp, out=q[s])
+            np.multiply(part, part, out=tmp)
+            np.subtract(var[s], tmp, out=var[s])
+            if ucb is not None:
+                self._ucb_slice(s, ucb[0], ucb[1], self._ucb)
+
+        split(run, self.n, chunk=CHUNK)
+
+    # -- the float32 factor's error -----------------------------------------------------------------------
+    def _row_error_bound(self, lvec: FloatArray, l_tt: float) -> float:
+        """A bound on ``max_j |stored row t - float64 row t|`` (``float32_bounds``): the error the rows read
+        carry, amplified by ``|l| / l_tt``, plus sgemv's float32 sum and the rounding of l and of the row."""
+        t = lvec.size
+        s = math.sqrt(self.hp.signal_variance)
+        gamma = t * F32_UNIT / (1.0 - t * F32_UNIT)
+        kappa = F32_UNIT + gamma * (1.0 + F32_UNIT)
+        abs_l = np.abs(lvec)
+        before = ((1.0 + kappa) * float(abs_l @ self._err[:t]) + kappa * s * float(abs_l.sum())) / l_tt
+        return before + F32_UNIT * (s + before)
+
+    def float32_bounds(self) -> tuple[float, float]:
+        """Bounds on how far a float32 factor moves the posterior from the float64 GP with the same
+        observations: ``(max |mean difference|, max |variance difference|)`` over every candidate; (0, 0)
+        for a float64 factor. First order in float64's unit roundoff (the float64 GP's own rounding is
+        neglected beside float32's 2^-24).
+
+        Derivation (u = 2^-24, s2 the signal variance): L, l, l_tt, w and u come from kernel values alone and
+        are the same in both GPs; only the rows of A differ. Row t is ``(k - l^T A) / l_tt``; with A's rows
+        off by at most e_i, l rounded to float32, sgemv's sum off by at most gamma_t sum |l_i| |A_i|
+        (gamma_t = t u / (1 - t u), any summation order) and |A_i| <= s (sum_i A_i^2 = s2 - var <= s2), then
+        rounded to float32: e_t <= e' + u (s + e') with e' = ((1 + kappa) sum |l_i| e_i + kappa s sum |l_i|)
+        / l_tt, kappa = u + gamma_t (1 + u). The mean is ``m + sum_i (w_i - m u_i) A_i``, so it moves by at
+        most ``sum_i (|w_i| + |m| |u_i|) e_i``; the variance ``s2 - sum_i A_i^2`` by at most
+        ``2 s |e| + |e|^2`` (Cauchy-Schwarz: sum_i e_i |A_i| <= |e| s). ``ucb_bound`` turns them into a bound
+        on GP-UCB's acquisition."""
+        if self.factor_dtype != "float32" or self.t == 0:
+            return 0.0, 0.0
+        t, err = self.t, self._err[: self.t]
+        mean = float(np.abs(self._w[:t]) @ err) + abs(self.m) * float(np.abs(self._u[:t]) @ err)
+        norm = float(np.linalg.norm(err))
+        return mean, 2.0 * math.sqrt(self.hp.signal_variance) * norm + norm * norm
+
+    def ucb_bound(self, c: float, std: float | None = None) -> float:
+        """A bound on ``|mean + c std - (the float64 GP's mean + c std)|`` (``float32_bounds``): over every
+        candidate, or at a candidate whose (float32) std is ``std``, where ``|sqrt(a) - sqrt(b)| <=
+        |a - b| / sqrt(b)`` sharpens the uniform ``sqrt(|a - b|)``."""
+        mean, var = self.float32_bounds()
+        spread = math.sqrt(var)
+        if std is not None and std > 0:
+            spread = min(spread, var / std)
+        return mean + float(c) * spread
 
     def refit(self, hyperparameters: Hyperparameters) -> None:
         """Replace the hyper-parameters and rebuild the posterior from the stored observations."""
@@ -307,10 +391,13 @@ class GaussianProcess:
         self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
         if self.factor_dtype == "float32":  # p and the variance follow the stored (rounded) factor
             A = A.astype(np.float32).astype(np.float64)
+            self._err[:t] = F32_UNIT * math.sqrt(self.hp.signal_variance)  # one rounding of |A| <= s
         self._A.load(A)
         self._idx[:t], self._y[:t] = idx, y
-        self._p, self._q = A.T @ w, A.T @ u
-        self._var = self.hp.signal_variance - np.einsum("ij,ij->j", A, A)
+        np.matmul(A.T, w, out=self._p)
+        np.matmul(A.T, u, out=self._q)
+        np.einsum("ij,ij->j", A, A, out=self._var)
+        np.subtract(self.hp.signal_variance, self._var, out=self._var)
         self.t = t
 
     # -- posterior -------------------------------------------------------------------------------------
@@ -350,20 +437,39 @@ class GaussianProcess:
 
     def upper_confidence_bound(self, c: float, out: FloatArray | None = None) -> FloatArray:
         """``mean + c std`` at every candidate [n] (GP-UCB's acquisition with c = beta^1/2), into ``out`` or
-        a new array: the arithmetic of ``mean() + c * std()`` in one pass over n, split across the cores."""
+        a new array: the arithmetic of ``mean() + c * std()``, in one chunked pass over n split across the
+        cores."""
         res: FloatArray = np.empty(self.n) if out is None else out
-        mean = self.mean() if self.m else self._p
-        var, c = self._var, float(c)
-
-        def fill(s: slice) -> None:
-            part = res[s]
-            np.maximum(var[s], 0.0, out=part)
-            np.sqrt(part, out=part)
-            np.multiply(part, c, out=part)
-            np.add(mean[s], part, out=part)
-
-        split(fill, self.n)
+        m, c = self.m, float(c)
+        split(lambda s: self._ucb_slice(s, c, m, res), self.n, chunk=CHUNK)
         return res
+
+    def _ucb_slice(self, s: slice, c: float, m: float, res: FloatArray) -> None:
+        """``res[s] = mean + c sqrt(max(var, 0))`` with ``mean = p + m (1 - q)`` (p when m = 0), in the order
+        of ``mean() + c * std()`` (bit for bit)."""
+        part = res[s]
+        np.maximum(self._var[s], 0.0, out=part)
+        np.sqrt(part, out=part)
+        np.multiply(part, c, out=part)
+        if m:
+            mean = self._scratch[s]
+            np.subtract(1.0, self._q[s], out=mean)
+            np.multiply(mean, m, out=mean)
+            np.add(self._p[s], mean, out=mean)
+            np.add(mean, part, out=part)
+        else:
+            np.add(self._p[s], part, out=part)
+
+    def ucb_values(self, c: float) -> FloatArray:
+        """``mean + c std`` [n] in the GP's own acquisition buffer: the values the last ``add(...,
+        ucb_scale=c)`` computed when nothing changed since, else computed now. The buffer is the caller's to
+        modify until the next call (GP-UCB writes -inf at queried rows), so a second call recomputes."""
+        c = float(c)
+        if self._ucb_for != (self.t, c):
+            self.upper_confidence_bound(c, out=self._ucb)
+        self._ucb_for = None
+        out: FloatArray = self._ucb
+        return out
 
     def posterior_at(self, index: int) -> tuple[float, float]:
         """(mean, std) of f at one candidate, without computing them over all n."""
@@ -371,82 +477,3 @@ class GaussianProcess:
         m = self.m
         mean = float(self._p[i] + m * (1.0 - self._q[i])) if m else float(self._p[i])
         return mean, math.sqrt(max(float(self._var[i]), 0.0))
-
-
-# -- maximum likelihood ---------------------------------------------------------------------------------
-def _neg_log_marginal_likelihood(
-    theta: FloatArray, D2: FloatArray, y: FloatArray, jitter: float
-) -> tuple[float, FloatArray]:
-    """-log p(y | theta) and its gradient in theta = (ln l, ln s2, ln noise) (GPML eqs. 2.30, 5.9)."""
-    ell, s2, sn2 = np.exp(theta)
-    t = y.size
-    E = np.exp(-0.5 * D2 / ell**2)
-    K = s2 * E + (sn2 + jitter) * np.eye(t)
-    try:
-        c = cho_factor(K, lower=True, check_finite=False)
-    except np.linalg.LinAlgError:
-        return 1e25, np.zeros(3)
-    alpha = cho_solve(c, y, check_finite=False)
-    logdet = 2.0 * np.log(np.diag(c[0])).sum()
-    nll = 0.5 * float(y @ alpha) + 0.5 * logdet + 0.5 * t * math.log(2 * math.pi)
-    W = np.outer(alpha, alpha) - cho_solve(c, np.eye(t), check_finite=False)
-    dK = [s2 * E * D2 / ell**2, s2 * E, sn2 * np.eye(t)]  # dK/d ln(param)
-    grad = np.array([-0.5 * float(np.einsum("ij,ji->", W, g)) for g in dK])
-    return nll, grad
-
-
-def fit_hyperparameters(
-    Z: FloatArray,
-    idx: npt.ArrayLike,
-    y: npt.ArrayLike,
-    *,
-    initial: Hyperparameters | None = None,
-    jitter: float = DEFAULT_JITTER,
-    restarts: int = 3,
-    distance_scale: float | None = None,
-) -> Hyperparameters:
-    """Type-II maximum likelihood for (lengthscale, signal variance, noise variance), isotropic.
-
-    L-BFGS-B (scipy.optimize) over the log-parameters with analytic gradients, within bounds relative to
-    the data: lengthscale in [0.05, 20] x the median pairwise distance of Z, signal variance in
-    [1e-3, 1e3] x var(y), noise variance in [1e-6, 1] x var(y). Deterministic restarts (lengthscale
-    x {1, 1/4, 4} of the initial guess) so the result is a function of the data alone (rebuildable state).
-    ``y`` is expected already centred if a constant mean is used. ``distance_scale`` (the median pairwise
-    distance of Z) may be passed in to skip recomputing it.
-    """
-    Zi = np.asarray(Z, dtype=np.float64)[np.asarray(idx, dtype=np.int64)]
-    y = np.asarray(y, dtype=np.float64)
-    med = distance_scale if distance_scale is not None else median_distance(np.asarray(Z, dtype=np.float64))
-    var_y = float(np.var(y)) if y.size > 1 and np.var(y) > 0 else 1.0
-    sq = (Zi * Zi).sum(1)
-    D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * Zi @ Zi.T, 0.0)
-    bounds = [
-        (math.log(5e-2 * med), math.log(2e1 * med)),
-        (math.log(1e-3 * var_y), math.log(1e3 * var_y)),
-        (math.log(1e-6 * var_y), math.log(1.0 * var_y)),
-    ]
-    if initial is None:
-        initial = Hyperparameters(lengthscale=med, signal_variance=var_y, noise_variance=1e-2 * var_y)
-    ls0 = float(np.mean(np.atleast_1d(initial.lengthscale)))
-    starts = [
-        np.array([math.log(ls0 * f), math.log(initial.signal_variance), math.log(initial.noise_variance)])
-        for f in (1.0, 0.25, 4.0)[: max(1, restarts)]
-    ]
-    best: tuple[float, FloatArray] | None = None
-    from scipy.optimize import minimize  # (imported when first used: a service starts without it)
-
-    for x0 in starts:
-        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
-        res = minimize(
-            _neg_log_marginal_likelihood,
-            x0,
-            args=(D2, y, jitter),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-        )
-        if np.isfinite(res.fun) and (best is None or res.fun < best[0]):
-            best = (float(res.fun), res.x)
-    theta = best[1] if best is not None else starts[0]
-    ell, s2, sn2 = np.exp(theta)
-    return replace(initial, lengthscale=float(ell), signal_variance=float(s2), noise_variance=float(sn2))

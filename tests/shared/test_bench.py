@@ -93,6 +93,9 @@ def test_cli_bench_perf_small(tmp_path):
     assert floor["float64"]["same_choices_as_reference"] == 100  # exact: the textbook loop's choices
     versus = floor["float32"]["versus_float64"]
     assert 0 < versus["max_abs_ucb_difference"] < 1e-4 and versus["same_choices"] == 100
+    assert versus["within_bound"] is True  # the float32 GP's a-posteriori bound held at every step
+    assert versus["max_abs_ucb_difference"] <= versus["ucb_difference_bound"] < 1.0
+    assert 0 < versus["ucb_difference_bound_at_choice"] <= versus["ucb_difference_bound"]
     large = report["gp_loop_large"]  # factor memory-mapped
     assert large["n"] == 4000 and large["T"] == 50 and large["memory_mapped"] is True
     assert large["seconds_per_step"] == pytest.approx(large["seconds"] / 50)

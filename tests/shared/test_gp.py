@@ -18,11 +18,10 @@ from shared.bo.gp import (
     DEFAULT_JITTER,
     GaussianProcess,
     Hyperparameters,
-    _neg_log_marginal_likelihood,
-    fit_hyperparameters,
     median_distance,
     se_kernel,
 )
+from shared.bo.mle import _neg_log_marginal_likelihood, fit_hyperparameters
 from shared.errors import InputDataError
 
 

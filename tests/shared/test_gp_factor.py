@@ -162,6 +162,45 @@ def test_a_float32_factor_follows_the_float64_posterior_closely() -> None:
         GaussianProcess(Z, HP, factor_dtype="float16")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("seed", "hp", "prior_mean"),
+    [
+        (0, HP, "empirical"),
+        (1, Hyperparameters(lengthscale=3.0, signal_variance=1.0, noise_variance=1e-6), "zero"),  # ill-posed
+        (2, Hyperparameters(lengthscale=0.7, signal_variance=4.0, noise_variance=1e-2), "empirical"),
+    ],
+)
+def test_the_float32_error_bounds_hold_at_every_step(seed: int, hp: Hyperparameters, prior_mean: str) -> None:
+    """``float32_bounds`` / ``ucb_bound`` bound the float32 factor's distance to the float64 GP at every step,
+    over every candidate (and more tightly at each candidate by its std), and a refit's rebuild too."""
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((3000, 5))
+    f = np.sin(Z @ rng.standard_normal(5)) + 0.05 * rng.standard_normal(3000)
+    exact = GaussianProcess(Z, hp, prior_mean=prior_mean)
+    single = GaussianProcess(Z, hp, prior_mean=prior_mean, factor_dtype="float32")
+    assert exact.float32_bounds() == (0.0, 0.0) and single.float32_bounds() == (0.0, 0.0)  # nothing stored
+    worst_ratio = 0.0
+    for step, i in enumerate(rng.choice(3000, 60, replace=False)):
+        exact.add(int(i), float(f[i]))
+        single.add(int(i), float(f[i]))
+        mean_bound, var_bound = single.float32_bounds()
+        d_mean = np.abs(single.mean() - exact.mean())
+        d_var = np.abs(single._var - exact._var)
+        assert d_mean.max() <= mean_bound and d_var.max() <= var_bound, step
+        c = 2.0 + step / 10
+        d_ucb = np.abs(single.upper_confidence_bound(c) - exact.upper_confidence_bound(c))
+        std = single.std()
+        per_row = np.array([single.ucb_bound(c, s) for s in std])
+        assert d_ucb.max() <= single.ucb_bound(c) and np.all(d_ucb <= per_row), step
+        worst_ratio = max(worst_ratio, float(d_ucb.max() / single.ucb_bound(c)))
+    assert exact.float32_bounds() == (0.0, 0.0)  # a float64 factor is the reference itself
+    assert 0 < worst_ratio < 1  # a real difference, bounded
+    if hp.noise_variance >= 1e-3:  # not vacuous for a well-posed GP (ill-posed, L^-1 amplifies it a lot)
+        assert single.ucb_bound(3.0) < 0.5
+    single.refit(hp)  # rebuilt from the rows rounded once
+    assert np.abs(single.mean() - exact.mean()).max() <= single.float32_bounds()[0]
+
+
 def test_the_process_default_spill_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(factor_mod, "available_memory_bytes", lambda: factor_mod.SPILL_MARGIN_BYTES + 100)
     monkeypatch.setattr(factor_mod, "_default_spill_directory", None)

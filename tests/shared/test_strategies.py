@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from shared.bo.gp import Hyperparameters, fit_hyperparameters, median_distance
+from shared.bo.gp import Hyperparameters, median_distance
+from shared.bo.mle import fit_hyperparameters
 from shared.bo.strategies import (
     GPUCB,
     Suggestion,

@@ -22,7 +22,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
-from shared.bo.gp import GaussianProcess, Hyperparameters, fit_hyperparameters, median_distance
+from shared.bo.gp import GaussianProcess, Hyperparameters, median_distance
+from shared.bo.mle import fit_hyperparameters
+from shared.bo.parallel import argmax
 from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams, register
 from shared.errors import InputDataError, StrategyError
 
@@ -118,7 +120,6 @@ class GPUCB:
         self.exclude_queried = exclude_queried
         self.refit_schedule = refit_schedule
         self._queried = np.zeros(self.gp.n, dtype=bool)
-        self._buffer: npt.NDArray[np.float64] | None = None
 
     @property
     def n(self) -> int:
@@ -143,16 +144,19 @@ class GPUCB:
         """UCB values [n] (queried rows at -inf when excluded; into ``out`` if given), beta_t and t."""
         t = self.gp.t + 1
         beta = gp_ucb_beta(self.n, t, self.delta_prime)
-        ucb = self.gp.upper_confidence_bound(math.sqrt(beta), out=out)
+        return self._exclude(self.gp.upper_confidence_bound(math.sqrt(beta), out=out)), beta, t
+
+    def _exclude(self, ucb: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         if self.exclude_queried:
             ucb[self.gp.indices] = -np.inf  # the queried rows: t indices, not a mask over n
-        return ucb, beta, t
+        return ucb
 
     def suggest(self) -> Suggestion:
-        if self._buffer is None:
-            self._buffer = np.empty(self.n)  # reused every step: no fresh n-vector to fault in
-        ucb, beta, t = self.acquisition(out=self._buffer)
-        i = int(np.argmax(ucb))  # first maximum: deterministic tie-breaking by smallest index
+        t = self.gp.t + 1
+        beta = gp_ucb_beta(self.n, t, self.delta_prime)
+        # computed by the last observe's pass over n when no refit came after it (``observe``)
+        ucb = self._exclude(self.gp.ucb_values(math.sqrt(beta)))
+        i = argmax(ucb)  # first maximum: deterministic tie-breaking by smallest index
         if not np.isfinite(ucb[i]):
             raise StrategyError(f"every one of the {self.n} candidates has been queried already")
         mean, std = self.gp.posterior_at(i)
@@ -165,9 +169,14 @@ class GPUCB:
         return fit_hyperparameters(self.gp.Z, idx, centred, initial=hp, distance_scale=self.distance_scale)
 
     def observe(self, index: int, y: float) -> None:
-        self.gp.add(index, y)
+        """Condition on (index, y); unless a refit follows, the GP's update pass also computes the next
+        ``suggest``'s UCB values (beta_{t+1}), so a step makes one pass over n after its BLAS work."""
+        t = self.gp.t + 1  # observations after this one
+        refit = self.mle and self.refit_schedule(t)
+        scale = None if refit else math.sqrt(gp_ucb_beta(self.n, t + 1, self.delta_prime))
+        self.gp.add(index, y, ucb_scale=scale)
         self._queried[int(index)] = True
-        if self.mle and self.refit_schedule(self.gp.t):
+        if refit:
             self.gp.refit(self._fit(self.gp.indices, self.gp.y, self.gp.hp))
 
     @classmethod
