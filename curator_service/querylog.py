@@ -13,14 +13,22 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Connection, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from curator_service.models import Query, Release, utcnow
 from shared.servicekit.hashchain import ChainLink, Verification, link_hash, verify_links
 
-__all__ = ["append_to_chain", "complete_and_link", "lock_release", "query_payload", "verify_release_chain"]
+__all__ = [
+    "append_to_chain",
+    "complete_and_link",
+    "link_inserted",
+    "lock_head",
+    "lock_release",
+    "query_payload",
+    "verify_release_chain",
+]
 
 
 def query_payload(query: Any, seq: int) -> dict[str, Any]:
@@ -115,8 +123,24 @@ def complete_and_link(session: Session, query: Query, y: float, y_raw: float | N
     """
     session.flush()  # anything ``admit`` left pending goes first, as an autoflush would send it
     conn = session.connection()  # Core statements on the session's transaction: no ORM round trip
-    count, prev = conn.execute(_CHAIN_HEAD, {"release_id": query.release_id}).one()
-    seq = int(count) + 1
+    values = link_inserted(conn, query, y, y_raw, lock_head(conn, query.release_id))
+    for key, value in values.items():
+        set_committed_value(query, key, value)
+
+
+def lock_head(conn: Connection, release_id: int) -> tuple[int, str]:
+    """Lock the release row (PostgreSQL ``FOR UPDATE``) and read its chain head: (count, last hash)."""
+    count, prev = conn.execute(_CHAIN_HEAD, {"release_id": release_id}).one()
+    return int(count), str(prev)
+
+
+def link_inserted(
+    conn: Connection, query: Any, y: float, y_raw: float | None, head: tuple[int, str]
+) -> dict[str, Any]:
+    """Write the answer and the chain link of a pending query this transaction inserted, and move the head
+    (the release row locked by :func:`lock_head`, whose ``head`` this is). Returns the columns written."""
+    count, prev = head
+    seq = count + 1
     values: dict[str, Any] = {"status": "complete", "y": y, "y_raw": y_raw, "completed_at": utcnow()}
     payload = query_payload(query, seq) | {
         "status": "complete",
@@ -130,8 +154,7 @@ def complete_and_link(session: Session, query: Query, y: float, y_raw: float | N
     if result.rowcount != 1:
         raise RuntimeError(f"query {query.id} was not pending in the transaction that inserted it")
     conn.execute(_MOVE_HEAD, {"release_id": query.release_id, "new_count": seq, "new_head": values["hash"]})
-    for key, value in values.items():
-        set_committed_value(query, key, value)
+    return values
 
 
 def verify_release_chain(session: Session, release_id: int) -> tuple[Verification, str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Population, Query, Release
+from curator_service.services.answers import AnsweredQuery
 from curator_service.services.outputs import public_of
 from curator_service.services.scaling import scaling_public
 from shared.protocol.schemas import (
@@ -116,7 +117,7 @@ def partner_public(p: Partner, grants: tuple[list[int], list[int]]) -> PartnerPu
     )
 
 
-def query_public(q: Query) -> QueryPublic:
+def query_public(q: Query | AnsweredQuery) -> QueryPublic:
     return QueryPublic(
         id=q.id,
         release_id=q.release_id,

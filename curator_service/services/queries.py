@@ -21,12 +21,11 @@ from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, InvalidInput, NotFound, QuotaExceeded
 from curator_service.models import Dataset, Query
-from curator_service.services import outputs
+from curator_service.services import answers, outputs
 from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import Principal
 from curator_service.services.releases import get_release
 from curator_service.storage import ArrayStore
-from shared.privacy.rng import os_entropy_rng
 from shared.servicekit.hashchain import GENESIS_HASH, Verification
 
 logger = logging.getLogger(__name__)
@@ -35,11 +34,9 @@ logger = logging.getLogger(__name__)
 def _column_outcome(store: ArrayStore, dataset: Dataset, index: int) -> float:
     """Stored outcome of row ``index`` plus fresh N(0, noise_std^2) noise (a new OS-entropy draw)."""
     assert dataset.outcomes_path is not None and dataset.outcomes_sha256 is not None
-    y = store.load(dataset.outcomes_path, dataset.outcomes_sha256)
-    value = float(y[index])
-    if dataset.noise_std > 0:
-        value += float(dataset.noise_std * os_entropy_rng().standard_normal())
-    return value
+    return answers.column_outcome(
+        store, dataset.outcomes_path, dataset.outcomes_sha256, dataset.noise_std, index
+    )
 
 
 def _settle(session: Session, store: ArrayStore, query: Query) -> Query:

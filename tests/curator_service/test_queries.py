@@ -14,7 +14,7 @@ from sqlalchemy import update
 from curator_service.db import Database
 from curator_service.main import create_app
 from curator_service.models import Partner, Query
-from curator_service.services import queries as query_service
+from curator_service.services import answers
 from tests.conftest import status_codes_at_once
 from tests.curator_service.conftest import ADMIN, World, bearer, make_csv, synthetic, upload
 
@@ -252,7 +252,7 @@ async def test_a_column_query_and_its_answer_are_committed_together(
     def crash(*_args, **_kwargs):
         raise RuntimeError("power cut")
 
-    monkeypatch.setattr(query_service, "_column_outcome", crash)
+    monkeypatch.setattr(answers, "column_outcome", crash)  # the outcome, on either path (``answers``)
     response = await _query(world, 8, key="crashy")
     assert response.status_code == 500
     listed = (await world.client.get(f"/v1/releases/{world.release['id']}/queries", headers=ADMIN)).json()

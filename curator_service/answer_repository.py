@@ -1,0 +1,103 @@
+"""The statements of the answered-query hot path (``services/answers.py``): SQLAlchemy Core on the columns
+the path reads, built once at import with bind parameters, run on the session's connection. No ORM
+entity is loaded or tracked, so each statement costs its SQL and little Python around it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Connection, Row, Table, bindparam, insert, select, update
+
+from curator_service.models import Dataset, Grant, Partner, Query, Release
+
+#: A result row of any width.
+AnyRow = Row[*tuple[Any, ...]]
+
+_P, _R, _D = (cast(Table, m.__table__) for m in (Partner, Release, Dataset))
+_G, _Q = cast(Table, Grant.__table__), cast(Table, Query.__table__)
+
+_PARTNER_BY_TOKEN_HASH = select(_P.c.id, _P.c.token_hash, _P.c.revoked_at, _P.c.output_privacy).where(
+    _P.c.token_hash == bindparam("token_hash")
+)
+#: The release (if granted to the partner) and what answering from its dataset's outcome column needs.
+_GRANTED_RELEASE_AND_DATASET = (
+    select(
+        _R.c.n,
+        _R.c.dataset_id,
+        _D.c.population_id,
+        _D.c.objective_mode,
+        _D.c.noise_std,
+        _D.c.outcomes_path,
+        _D.c.outcomes_sha256,
+    )
+    .select_from(_R.join(_D, _D.c.id == _R.c.dataset_id))
+    .where(
+        _R.c.id == bindparam("release_id"),
+        select(_G.c.id)
+        .where(_G.c.partner_id == bindparam("partner_id"), _G.c.release_id == bindparam("release_id"))
+        .exists(),
+    )
+)
+_KEY_TAKEN = select(_Q.c.id).where(
+    _Q.c.partner_id == bindparam("partner_id"), _Q.c.idempotency_key == bindparam("key")
+)
+_CHARGE_QUOTA = (
+    update(_P)
+    .where(_P.c.id == bindparam("partner_id"), _P.c.queries_used < _P.c.max_queries)
+    .values(queries_used=_P.c.queries_used + 1)
+)
+_INSERT_PENDING = insert(_Q).values(
+    release_id=bindparam("release_id"),
+    partner_id=bindparam("partner_id"),
+    row_index=bindparam("row_index"),
+    status="pending",
+    idempotency_key=bindparam("key"),
+    created_at=bindparam("created_at"),
+)
+
+
+def partner_by_token_hash(conn: Connection, token_hash: str) -> AnyRow | None:
+    """(id, token_hash, revoked_at, output_privacy) of the partner with this token digest."""
+    return conn.execute(_PARTNER_BY_TOKEN_HASH, {"token_hash": token_hash}).one_or_none()
+
+
+def granted_release_and_dataset(conn: Connection, release_id: int, partner_id: int) -> AnyRow | None:
+    """The release's n and dataset (population, objective mode, outcome column) if granted, else None."""
+    params = {"release_id": release_id, "partner_id": partner_id}
+    return conn.execute(_GRANTED_RELEASE_AND_DATASET, params).one_or_none()
+
+
+def key_taken(conn: Connection, partner_id: int, key: str) -> bool:
+    return conn.execute(_KEY_TAKEN, {"partner_id": partner_id, "key": key}).first() is not None
+
+
+def charge_quota(conn: Connection, partner_id: int) -> bool:
+    """Take one query from the partner's quota (``repository.charge_quota``, in Core); False when used up."""
+    return conn.execute(_CHARGE_QUOTA, {"partner_id": partner_id}).rowcount == 1
+
+
+def insert_pending(
+    conn: Connection,
+    *,
+    release_id: int,
+    partner_id: int,
+    row_index: int,
+    key: str | None,
+    created_at: datetime,
+) -> int:
+    """Insert the question as a pending query; its id."""
+    result = conn.execute(
+        _INSERT_PENDING,
+        {
+            "release_id": release_id,
+            "partner_id": partner_id,
+            "row_index": row_index,
+            "key": key,
+            "created_at": created_at,
+        },
+    )
+    key_values = result.inserted_primary_key
+    assert key_values is not None
+    return int(key_values[0])

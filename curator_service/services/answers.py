@@ -1,0 +1,141 @@
+"""The hot path of every study iteration: a ``column`` query of a partner without output privacy, answered in
+one transaction of SQLAlchemy Core statements (``answer_repository``) instead of the ORM.
+
+It writes exactly what ``queries.create_query`` writes for such a query, in the same order and under the
+same locks: the quota charge, the pending question, its person's (unbounded) output charge, the answer
+and its link in the release's hash chain, the moved head, the request's access-log entry, all committed
+(fsync'd) together before the answer is returned. Anything else (the admin token, a bad or revoked token,
+output privacy, an ungranted release, an index out of range, a used Idempotency-Key, a used-up quota, a
+``manual`` dataset, a concurrent twin under the same key) makes it step aside before it has written
+anything, and the request takes ``queries.create_query``, which answers or refuses it as always.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy.exc import IntegrityError
+
+from curator_service import answer_repository as arepo
+from curator_service import faults, querylog
+from curator_service import repository as repo
+from curator_service.db import Database
+from curator_service.models import utcnow
+from curator_service.services.access_log import PendingEntry
+from curator_service.services.auth import Principal, hash_token
+from curator_service.storage import ArrayStore
+from shared.privacy.rng import os_entropy_rng
+from shared.servicekit.db import transaction
+
+__all__ = ["AnsweredQuery", "answer_at_once", "column_outcome"]
+
+
+@dataclass(frozen=True)
+class AnsweredQuery:
+    """A query as written by this path (the attribute names of ``models.Query`` that a response and a chain
+    link read)."""
+
+    id: int
+    release_id: int
+    partner_id: int
+    row_index: int
+    status: str
+    y: float | None
+    idempotency_key: str | None
+    created_at: datetime
+    completed_at: datetime | None
+    charged_epsilon: float | None = None
+    source_query_id: int | None = None
+
+
+def column_outcome(
+    store: ArrayStore, outcomes_path: str, outcomes_sha256: str, noise_std: float, index: int
+) -> float:
+    """Stored outcome of row ``index`` plus fresh N(0, noise_std^2) noise (a new OS-entropy draw)."""
+    value = float(store.load(outcomes_path, outcomes_sha256)[index])
+    if noise_std > 0:
+        value += float(noise_std * os_entropy_rng().standard_normal())
+    return value
+
+
+class _StepAside(Exception):
+    """Raised inside the transaction when a concurrent twin took the key: roll back, take the full path."""
+
+
+def answer_at_once(
+    db: Database,
+    store: ArrayStore,
+    admin_token_hash: str,
+    token: str,
+    release_id: int,
+    index: int,
+    idempotency_key: str | None,
+    access_entry: PendingEntry | None,
+    authenticated: Callable[[Principal], None],
+) -> AnsweredQuery | None:
+    """Answer the query here, committed, or return None (nothing written) for ``queries.create_query``.
+    ``authenticated(principal)`` is called as soon as the token is known to be a partner's (the request's
+    access-log entry names it, even if what follows fails)."""
+    digest = hash_token(token)
+    if hmac.compare_digest(digest, admin_token_hash):
+        return None
+    try:
+        with transaction(db) as session:
+            conn = session.connection()
+            partner = arepo.partner_by_token_hash(conn, digest)
+            if (
+                partner is None
+                or not hmac.compare_digest(partner.token_hash, digest)
+                or partner.revoked_at is not None
+                or partner.output_privacy is not None
+            ):
+                return None
+            principal = Principal("partner", partner.id)
+            authenticated(principal)
+            target = arepo.granted_release_and_dataset(conn, release_id, partner.id)
+            if target is None or index >= target.n or target.objective_mode != "column":
+                return None
+            if idempotency_key is not None and arepo.key_taken(conn, partner.id, idempotency_key):
+                return None
+            if not arepo.charge_quota(conn, partner.id):
+                return None
+            # PostgreSQL: the release row is locked before the insert (``querylog.lock_release``)
+            head = querylog.lock_head(conn, release_id)
+            created = utcnow()
+            try:
+                query_id = arepo.insert_pending(
+                    conn,
+                    release_id=release_id,
+                    partner_id=partner.id,
+                    row_index=index,
+                    key=idempotency_key,
+                    created_at=created,
+                )
+            except IntegrityError as exc:  # a concurrent twin under the same key committed first
+                raise _StepAside from exc
+            query = AnsweredQuery(
+                query_id, release_id, partner.id, index, "pending", None, idempotency_key, created, None
+            )
+            repo.add_output_charge(  # a raw answer: its person's output epsilon is unbounded
+                session,
+                population_id=target.population_id,
+                dataset_id=target.dataset_id,
+                row_index=index,
+                query_id=query_id,
+                partner_id=partner.id,
+                epsilon=None,
+            )
+            y = column_outcome(store, target.outcomes_path, target.outcomes_sha256, target.noise_std, index)
+            written = querylog.link_inserted(conn, query, y, None, head)
+            if access_entry is not None:
+                access_entry.add(session, principal, 201)
+            faults.pause_point("query.before_commit")  # crash tests: answered in memory, nothing on record
+            session.commit()  # deliberate: question, charges and answer are on record before it leaves
+            if access_entry is not None:
+                access_entry.committed()
+            return replace(query, status="complete", y=y, completed_at=written["completed_at"])
+    except _StepAside:
+        return None
