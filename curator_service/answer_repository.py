@@ -18,30 +18,30 @@ AnyRow = Row[*tuple[Any, ...]]
 _P, _R, _D = (cast(Table, m.__table__) for m in (Partner, Release, Dataset))
 _G, _Q = cast(Table, Grant.__table__), cast(Table, Query.__table__)
 
-_PARTNER_BY_TOKEN_HASH = select(_P.c.id, _P.c.token_hash, _P.c.revoked_at, _P.c.output_privacy).where(
-    _P.c.token_hash == bindparam("token_hash")
-)
-#: The release (if granted to the partner) and what answering from its dataset's outcome column needs.
-_GRANTED_RELEASE_AND_DATASET = (
+#: The partner with this token digest, the release if granted to it, its chain head and what answering
+#: from its dataset's outcome column needs: one row, or none (no such partner, release or grant).
+_PARTNER_AND_GRANTED_RELEASE = (
     select(
+        _P.c.id.label("partner_id"),
+        _P.c.token_hash,
+        _P.c.revoked_at,
+        _P.c.output_privacy,
         _R.c.n,
         _R.c.dataset_id,
+        _R.c.chain_count,
+        _R.c.chain_head,
         _D.c.population_id,
         _D.c.objective_mode,
         _D.c.noise_std,
         _D.c.outcomes_path,
         _D.c.outcomes_sha256,
     )
-    .select_from(_R.join(_D, _D.c.id == _R.c.dataset_id))
-    .where(
-        _R.c.id == bindparam("release_id"),
-        select(_G.c.id)
-        .where(_G.c.partner_id == bindparam("partner_id"), _G.c.release_id == bindparam("release_id"))
-        .exists(),
+    .select_from(
+        _P.join(_G, (_G.c.partner_id == _P.c.id) & (_G.c.release_id == bindparam("release_id")))
+        .join(_R, _R.c.id == _G.c.release_id)
+        .join(_D, _D.c.id == _R.c.dataset_id)
     )
-)
-_KEY_TAKEN = select(_Q.c.id).where(
-    _Q.c.partner_id == bindparam("partner_id"), _Q.c.idempotency_key == bindparam("key")
+    .where(_P.c.token_hash == bindparam("token_hash"))
 )
 _CHARGE_QUOTA = (
     update(_P)
@@ -58,19 +58,10 @@ _INSERT_PENDING = insert(_Q).values(
 )
 
 
-def partner_by_token_hash(conn: Connection, token_hash: str) -> AnyRow | None:
-    """(id, token_hash, revoked_at, output_privacy) of the partner with this token digest."""
-    return conn.execute(_PARTNER_BY_TOKEN_HASH, {"token_hash": token_hash}).one_or_none()
-
-
-def granted_release_and_dataset(conn: Connection, release_id: int, partner_id: int) -> AnyRow | None:
-    """The release's n and dataset (population, objective mode, outcome column) if granted, else None."""
-    params = {"release_id": release_id, "partner_id": partner_id}
-    return conn.execute(_GRANTED_RELEASE_AND_DATASET, params).one_or_none()
-
-
-def key_taken(conn: Connection, partner_id: int, key: str) -> bool:
-    return conn.execute(_KEY_TAKEN, {"partner_id": partner_id, "key": key}).first() is not None
+def partner_and_granted_release(conn: Connection, token_hash: str, release_id: int) -> AnyRow | None:
+    """The row of ``_PARTNER_AND_GRANTED_RELEASE``, or None."""
+    params = {"token_hash": token_hash, "release_id": release_id}
+    return conn.execute(_PARTNER_AND_GRANTED_RELEASE, params).one_or_none()
 
 
 def charge_quota(conn: Connection, partner_id: int) -> bool:

@@ -6,8 +6,9 @@ same locks: the quota charge, the pending question, its person's (unbounded) out
 and its link in the release's hash chain, the moved head, the request's access-log entry, all committed
 (fsync'd) together before the answer is returned. Anything else (the admin token, a bad or revoked token,
 output privacy, an ungranted release, an index out of range, a used Idempotency-Key, a used-up quota, a
-``manual`` dataset, a concurrent twin under the same key) makes it step aside before it has written
-anything, and the request takes ``queries.create_query``, which answers or refuses it as always.
+``manual`` dataset, an Idempotency-Key used before: its insert fails the unique constraint) makes it step
+aside with nothing committed, and the request takes ``queries.create_query``, which answers, replays or
+refuses it as always.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def column_outcome(
 
 
 class _StepAside(Exception):
-    """Raised inside the transaction when a concurrent twin took the key: roll back, take the full path."""
+    """Raised inside the transaction when the Idempotency-Key is taken: roll back, take the full path (which
+    replays the query under that key, or refuses a different one)."""
 
 
 def answer_at_once(
@@ -85,50 +87,52 @@ def answer_at_once(
     try:
         with transaction(db) as session:
             conn = session.connection()
-            partner = arepo.partner_by_token_hash(conn, digest)
+            row = arepo.partner_and_granted_release(conn, digest, release_id)
             if (
-                partner is None
-                or not hmac.compare_digest(partner.token_hash, digest)
-                or partner.revoked_at is not None
-                or partner.output_privacy is not None
+                row is None
+                or not hmac.compare_digest(row.token_hash, digest)
+                or row.revoked_at is not None
+                or row.output_privacy is not None
             ):
                 return None
-            principal = Principal("partner", partner.id)
+            partner_id = int(row.partner_id)
+            principal = Principal("partner", partner_id)
             authenticated(principal)
-            target = arepo.granted_release_and_dataset(conn, release_id, partner.id)
-            if target is None or index >= target.n or target.objective_mode != "column":
+            if index >= row.n or row.objective_mode != "column" or not arepo.charge_quota(conn, partner_id):
                 return None
-            if idempotency_key is not None and arepo.key_taken(conn, partner.id, idempotency_key):
-                return None
-            if not arepo.charge_quota(conn, partner.id):
-                return None
-            # PostgreSQL: the release row is locked before the insert (``querylog.lock_release``)
-            head = querylog.lock_head(conn, release_id)
+            # SQLite: the write transaction is exclusive since its first statement, so the head read with the
+            # release is current. PostgreSQL: the release row is locked (and its head read) after the quota
+            # charge's partner lock and before the insert, as ``queries.create_query`` does.
+            head = (
+                (int(row.chain_count), str(row.chain_head))
+                if db.is_sqlite
+                else querylog.lock_head(conn, release_id)
+            )
             created = utcnow()
             try:
                 query_id = arepo.insert_pending(
                     conn,
                     release_id=release_id,
-                    partner_id=partner.id,
+                    partner_id=partner_id,
                     row_index=index,
                     key=idempotency_key,
                     created_at=created,
                 )
-            except IntegrityError as exc:  # a concurrent twin under the same key committed first
+            except IntegrityError as exc:  # the Idempotency-Key was used before (a replay, or a twin)
                 raise _StepAside from exc
             query = AnsweredQuery(
-                query_id, release_id, partner.id, index, "pending", None, idempotency_key, created, None
+                query_id, release_id, partner_id, index, "pending", None, idempotency_key, created, None
             )
             repo.add_output_charge(  # a raw answer: its person's output epsilon is unbounded
                 session,
-                population_id=target.population_id,
-                dataset_id=target.dataset_id,
+                population_id=row.population_id,
+                dataset_id=row.dataset_id,
                 row_index=index,
                 query_id=query_id,
-                partner_id=partner.id,
+                partner_id=partner_id,
                 epsilon=None,
             )
-            y = column_outcome(store, target.outcomes_path, target.outcomes_sha256, target.noise_std, index)
+            y = column_outcome(store, row.outcomes_path, row.outcomes_sha256, row.noise_std, index)
             written = querylog.link_inserted(conn, query, y, None, head)
             if access_entry is not None:
                 access_entry.add(session, principal, 201)
