@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.linalg import solve_triangular
 
-from shared.bo.factor import FactorRows, give_back, take_spare
+from shared.bo.factor import SPARE_MIN_BYTES, FactorRows, give_back, take_spare
 from shared.bo.parallel import CHUNK, split
 from shared.errors import InputDataError
 
@@ -99,6 +99,13 @@ def median_distance(Z: FloatArray, max_points: int = 1000) -> float:
     return float(np.median(dist)) if dist.size else 1.0
 
 
+def _work_array(shape: tuple[int, int]) -> FloatArray:
+    """A float64 array of ``shape``: a spare one (``shared.bo.factor``) when it is large, else new."""
+    spare = take_spare(shape, np.dtype(np.float64)) if 8 * shape[0] * shape[1] >= SPARE_MIN_BYTES else None
+    out: FloatArray = spare if spare is not None else np.empty(shape)
+    return out
+
+
 class GaussianProcess:
     """GP posterior over the fixed candidates Z, grown one observation at a time in O(n (t + r)).
 
@@ -155,17 +162,14 @@ class GaussianProcess:
         self.t = 0
         r = self.Z.shape[1]
         if getattr(self, "_work", None) is None:
-            # The per-candidate arrays and [Z/l; -|Z/l|^2/2]: taken from the arrays a released GP or factor
-            # over the same n gave back when there are some (fresh memory costs more to touch than to
-            # read, see ``shared.bo.factor``), given back when this GP is collected.
+            # The per-candidate arrays and [Z/l; -|Z/l|^2/2]: large ones are taken from the arrays a released
+            # GP over the same n gave back (fresh memory costs more to touch than to read, see
+            # ``shared.bo.factor``) and given back when this GP is collected.
             rows = 6 if self.factor_dtype == "float32" else 5
-            self._work = take_spare((rows, self.n), np.dtype(np.float64))
-            if self._work is None:
-                self._work = np.empty((rows, self.n))
-            self._ST = take_spare((r + 1, self.n), np.dtype(np.float64))
-            if self._ST is None:
-                self._ST = np.empty((r + 1, self.n))
-            weakref.finalize(self, give_back, [self._work, self._ST])
+            self._work, self._ST = _work_array((rows, self.n)), _work_array((r + 1, self.n))
+            kept = [a for a in (self._work, self._ST) if a.nbytes >= SPARE_MIN_BYTES]
+            if kept:
+                weakref.finalize(self, give_back, kept)
         self._p, self._q, self._var = self._work[0], self._work[1], self._work[2]  # A^T L^-1 y, A^T L^-1 1
         self._scratch, self._ucb = self._work[3], self._work[4]
         self._row = self._work[5] if self.factor_dtype == "float32" else None  # the new row, in float64
