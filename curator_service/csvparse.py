@@ -19,6 +19,7 @@ import itertools
 import math
 import multiprocessing as mp
 import threading
+import unicodedata
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -107,6 +108,12 @@ class CsvStream:
         for j, name in enumerate(names):
             if not name:
                 raise InvalidInput(f"the header (line 1) has an empty name in {_ordinal(j)}")
+            control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+            if control is not None:  # NUL, a quoted line break, a tab...: never echoed raw
+                raise InvalidInput(
+                    f"the header (line 1) has a control character (U+{ord(control):04X}) in the name in "
+                    f"{_ordinal(j)}; column names must be printable text"
+                )
         seen: set[str] = set()
         dups = [name for name in names if name in seen or seen.add(name)]  # type: ignore[func-returns-value]
         if dups:

@@ -110,6 +110,17 @@ async def test_tolerates_bom_crlf_quotes_blank_lines_and_no_final_newline(client
         (b"a,b\n1,2\n\xff,3\n", {}, "line 3 is not valid UTF-8 text"),
         (b"a\rz,b\n1,2\n3,4\n", {}, "line 1 (the header) is not a valid CSV row: a carriage return"),
         (
+            b"a,b\x00z\n1,2\n3,4\n",
+            {},
+            "the header (line 1) has a control character (U+0000) in the name in column 2; column names "
+            "must be printable text",
+        ),
+        (
+            b'"a\rz",b\n1,2\n3,4\n',
+            {},
+            "the header (line 1) has a control character (U+000D) in the name in column 1",
+        ),
+        (
             b"a,b\n1,2\n3,4\n",
             {"features": "a,zz"},
             "feature column(s) not in the header: 'zz' (columns: a, b)",
