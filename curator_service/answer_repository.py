@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Row, Table, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, Table, bindparam, insert, select
 
 from curator_service.models import Dataset, Grant, Partner, Query, Release
 
@@ -43,11 +43,6 @@ _PARTNER_AND_GRANTED_RELEASE = (
     )
     .where(_P.c.token_hash == bindparam("token_hash"))
 )
-_CHARGE_QUOTA = (
-    update(_P)
-    .where(_P.c.id == bindparam("partner_id"), _P.c.queries_used < _P.c.max_queries)
-    .values(queries_used=_P.c.queries_used + 1)
-)
 _INSERT_PENDING = insert(_Q).values(
     release_id=bindparam("release_id"),
     partner_id=bindparam("partner_id"),
@@ -62,11 +57,6 @@ def partner_and_granted_release(conn: Connection, token_hash: str, release_id: i
     """The row of ``_PARTNER_AND_GRANTED_RELEASE``, or None."""
     params = {"token_hash": token_hash, "release_id": release_id}
     return conn.execute(_PARTNER_AND_GRANTED_RELEASE, params).one_or_none()
-
-
-def charge_quota(conn: Connection, partner_id: int) -> bool:
-    """Take one query from the partner's quota (``repository.charge_quota``, in Core); False when used up."""
-    return conn.execute(_CHARGE_QUOTA, {"partner_id": partner_id}).rowcount == 1
 
 
 def insert_pending(

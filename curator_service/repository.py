@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import Select, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import (
@@ -237,15 +238,19 @@ def charge_quota(session: Session, partner_id: int) -> bool:
     A single conditional UPDATE: on PostgreSQL concurrent chargers queue on the row lock and re-check the
     condition; on SQLite the write session's BEGIN IMMEDIATE serialises them.
     """
-    result = session.execute(_CHARGE_QUOTA, {"partner_id": partner_id})
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    return charge_quota_on(session.connection(), partner_id)
 
 
+def charge_quota_on(conn: Connection, partner_id: int) -> bool:
+    """:func:`charge_quota` on a connection (the Core answer path, ``services/answers.py``)."""
+    return bool(conn.execute(_CHARGE_QUOTA, {"partner_id": partner_id}).rowcount == 1)
+
+
+_PARTNERS = cast(Table, Partner.__table__)
 _CHARGE_QUOTA = (
-    update(Partner)
-    .where(Partner.id == bindparam("partner_id"), Partner.queries_used < Partner.max_queries)
-    .values(queries_used=Partner.queries_used + 1)
-    .execution_options(synchronize_session=False)
+    update(_PARTNERS)
+    .where(_PARTNERS.c.id == bindparam("partner_id"), _PARTNERS.c.queries_used < _PARTNERS.c.max_queries)
+    .values(queries_used=_PARTNERS.c.queries_used + 1)
 )
 
 

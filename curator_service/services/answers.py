@@ -98,7 +98,7 @@ def answer_at_once(
             partner_id = int(row.partner_id)
             principal = Principal("partner", partner_id)
             authenticated(principal)
-            if index >= row.n or row.objective_mode != "column" or not arepo.charge_quota(conn, partner_id):
+            if index >= row.n or row.objective_mode != "column" or not repo.charge_quota_on(conn, partner_id):
                 return None
             # SQLite: the write transaction is exclusive since its first statement, so the head read with the
             # release is current. PostgreSQL: the release row is locked (and its head read) after the quota
