@@ -8,7 +8,7 @@ import pytest
 from shared.bo import factor as factor_mod
 from shared.bo.factor import FactorRows
 from shared.bo.gp import GaussianProcess, Hyperparameters, se_kernel
-from shared.bo.parallel import split
+from shared.bo.parallel import MIN_PARALLEL, argmax, split
 
 HP = Hyperparameters(lengthscale=1.3, signal_variance=1.7, noise_variance=1e-3)
 
@@ -211,3 +211,17 @@ def test_the_process_default_spill_directory(tmp_path, monkeypatch: pytest.Monke
     after.next_row()
     assert (before.memory_mapped_blocks, after.memory_mapped_blocks) == (0, 1)
     assert (tmp_path / "spill").is_dir() and list((tmp_path / "spill").iterdir()) == []  # anonymous files
+
+
+def test_the_parallel_argmax_is_numpys() -> None:
+    """First maximum on ties, first NaN when there is one, wherever it falls among the threads' slices."""
+    rng = np.random.default_rng(3)
+    n = 2 * MIN_PARALLEL + 7
+    x = rng.integers(0, 50, n).astype(float)  # many ties for the maximum, in every slice
+    assert argmax(x) == int(np.argmax(x))
+    x[n - 5] = 99.0  # the maximum in the last slice only
+    assert argmax(x) == n - 5 == int(np.argmax(x))
+    x[n - 3] = np.nan  # a NaN after the maximum wins, as in numpy
+    assert argmax(x) == n - 3 == int(np.argmax(x))
+    x[0] = -np.inf
+    assert argmax(x[:100]) == int(np.argmax(x[:100]))  # a short array: one thread
