@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from curator_service import csvparse
 from curator_service import repository as repo
 from curator_service.api.deps import Components
+from curator_service.api.lanes import query_lane
 from curator_service.api.routes import (
     access_log,
     datasets,
@@ -43,7 +44,7 @@ from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import authenticate
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError, PrivacyBudgetExceeded
-from shared.servicekit import serving
+from shared.servicekit import lanes, serving
 from shared.servicekit.app import add_access_guards
 from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
@@ -314,6 +315,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     )
     for module in (health, datasets, populations, releases, gradients, partners, queries, access_log):
         app.include_router(module.router)
+    lanes.install(app, [query_lane(components, gate)])  # the iteration's query, past routing (api.lanes)
     if settings.console:  # the privacy officer's browser console (admin only)
         build_console(settings, admin_token.get_secret_value()).install(app)
         # its CSV upload obeys the upload limit (an HTML 413 page), not the JSON body limit (exempt below)
@@ -351,4 +353,10 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
     configure_logging()
     settings = Settings()
     app, start = partial(create_app, settings), partial(start_up, settings)
-    serving.serve(settings, (host, port, workers), single_app=app, before_workers=start)
+    serving.serve(
+        settings,
+        (host, port, workers),
+        single_app=app,
+        before_workers=start,
+        access_log=settings.access_log,
+    )

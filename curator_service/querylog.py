@@ -21,9 +21,14 @@ from curator_service.models import Query, Release, utcnow
 from shared.servicekit.hashchain import ChainLink, Verification, link_hash, verify_links
 
 __all__ = [
+    "CHAIN_HEAD",
+    "COMPLETE_AND_LINK",
+    "MOVE_HEAD",
     "append_to_chain",
     "complete_and_link",
     "link_inserted",
+    "link_params",
+    "link_values",
     "lock_head",
     "lock_release",
     "query_payload",
@@ -91,12 +96,12 @@ def lock_release(session: Session, release_id: int) -> None:
 _RELEASES, _QUERIES = cast(Table, Release.__table__), cast(Table, Query.__table__)
 #: :func:`complete_and_link`'s three statements, built once (bind parameters named ``new_*`` where a
 #: column's own name is reserved for its SET clause).
-_CHAIN_HEAD = (
+CHAIN_HEAD = (
     select(_RELEASES.c.chain_count, _RELEASES.c.chain_head)
     .where(_RELEASES.c.id == bindparam("release_id"))
     .with_for_update()
 )
-_COMPLETE_AND_LINK = (
+COMPLETE_AND_LINK = (
     update(_QUERIES)
     .where(_QUERIES.c.id == bindparam("query_id"), _QUERIES.c.status == "pending")
     .values(
@@ -106,7 +111,7 @@ _COMPLETE_AND_LINK = (
         }
     )
 )
-_MOVE_HEAD = (
+MOVE_HEAD = (
     update(_RELEASES)
     .where(_RELEASES.c.id == bindparam("release_id"))
     .values(chain_count=bindparam("new_count"), chain_head=bindparam("new_head"))
@@ -130,15 +135,13 @@ def complete_and_link(session: Session, query: Query, y: float, y_raw: float | N
 
 def lock_head(conn: Connection, release_id: int) -> tuple[int, str]:
     """Lock the release row (PostgreSQL ``FOR UPDATE``) and read its chain head: (count, last hash)."""
-    count, prev = conn.execute(_CHAIN_HEAD, {"release_id": release_id}).one()
+    count, prev = conn.execute(CHAIN_HEAD, {"release_id": release_id}).one()
     return int(count), str(prev)
 
 
-def link_inserted(
-    conn: Connection, query: Any, y: float, y_raw: float | None, head: tuple[int, str]
-) -> dict[str, Any]:
-    """Write the answer and the chain link of a pending query this transaction inserted, and move the head
-    (the release row locked by :func:`lock_head`, whose ``head`` this is). Returns the columns written."""
+def link_values(query: Any, y: float, y_raw: float | None, head: tuple[int, str]) -> dict[str, Any]:
+    """The columns that answer a pending query and link it after ``head`` (count, last hash) of its
+    release's chain: status, y, y_raw, completed_at (now), chain_seq, prev_hash, hash."""
     count, prev = head
     seq = count + 1
     values: dict[str, Any] = {"status": "complete", "y": y, "y_raw": y_raw, "completed_at": utcnow()}
@@ -147,13 +150,27 @@ def link_inserted(
         "y": float(y),
         "completed_at": values["completed_at"],
     }
-    values |= {"chain_seq": seq, "prev_hash": prev, "hash": link_hash(prev, payload)}
-    result = conn.execute(
-        _COMPLETE_AND_LINK, {"query_id": query.id} | {f"new_{k}": v for k, v in values.items()}
+    return values | {"chain_seq": seq, "prev_hash": prev, "hash": link_hash(prev, payload)}
+
+
+def link_params(query: Any, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parameters of ``COMPLETE_AND_LINK`` and ``MOVE_HEAD`` that write ``values`` (``link_values``)."""
+    return (
+        {"query_id": query.id} | {f"new_{k}": v for k, v in values.items()},
+        {"release_id": query.release_id, "new_count": values["chain_seq"], "new_head": values["hash"]},
     )
-    if result.rowcount != 1:
+
+
+def link_inserted(
+    conn: Connection, query: Any, y: float, y_raw: float | None, head: tuple[int, str]
+) -> dict[str, Any]:
+    """Write the answer and the chain link of a pending query this transaction inserted, and move the head
+    (the release row locked by :func:`lock_head`, whose ``head`` this is). Returns the columns written."""
+    values = link_values(query, y, y_raw, head)
+    link, move = link_params(query, values)
+    if conn.execute(COMPLETE_AND_LINK, link).rowcount != 1:
         raise RuntimeError(f"query {query.id} was not pending in the transaction that inserted it")
-    conn.execute(_MOVE_HEAD, {"release_id": query.release_id, "new_count": seq, "new_head": values["hash"]})
+    conn.execute(MOVE_HEAD, move)
     return values
 
 

@@ -243,11 +243,11 @@ def charge_quota(session: Session, partner_id: int) -> bool:
 
 def charge_quota_on(conn: Connection, partner_id: int) -> bool:
     """:func:`charge_quota` on a connection (the Core answer path, ``services/answers.py``)."""
-    return bool(conn.execute(_CHARGE_QUOTA, {"partner_id": partner_id}).rowcount == 1)
+    return bool(conn.execute(CHARGE_QUOTA, {"partner_id": partner_id}).rowcount == 1)
 
 
 _PARTNERS = cast(Table, Partner.__table__)
-_CHARGE_QUOTA = (
+CHARGE_QUOTA = (
     update(_PARTNERS)
     .where(_PARTNERS.c.id == bindparam("partner_id"), _PARTNERS.c.queries_used < _PARTNERS.c.max_queries)
     .values(queries_used=_PARTNERS.c.queries_used + 1)

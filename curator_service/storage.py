@@ -148,6 +148,8 @@ MAPPED_ARRAYS = 32
 #: How often (seconds, at most) ``load`` drops kept maps of files deleted meanwhile, e.g. by another worker
 #: process: a map keeps an unlinked file's disk space until it is closed.
 UNLINKED_CHECK_SECONDS = 10.0
+#: Resolved paths an ``ArrayStore`` remembers (forgotten all at once beyond this many).
+_RESOLVED_PATHS = 4096
 
 
 class ArrayStore:
@@ -159,6 +161,7 @@ class ArrayStore:
         for sub in ("datasets", "releases"):
             (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._verified: dict[str, tuple[int, int, str]] = {}
+        self._resolved: dict[str, Path] = {}
         self._mapped: dict[str, tuple[tuple[int, int, str], np.memmap]] = {}
         self._lock = threading.Lock()
         self._unlinked_checked = time.monotonic()
@@ -168,9 +171,18 @@ class ArrayStore:
         return f"arrays/{kind}/{uuid.uuid4().hex}-{suffix}.npy"
 
     def abspath(self, relpath: str) -> Path:
+        """The absolute path of a stored array, which must lie inside the data dir. Resolved once per
+        ``relpath`` (each query reads its outcome through here; resolving walks every component)."""
+        path = self._resolved.get(relpath)
+        if path is not None:
+            return path
         path = (self.data_dir / relpath).resolve()
         if self.data_dir not in path.parents:
             raise StorageCorrupted("a stored array path points outside the data directory")
+        with self._lock:
+            if len(self._resolved) >= _RESOLVED_PATHS:
+                self._resolved.clear()
+            self._resolved[relpath] = path
         return path
 
     # -- writing

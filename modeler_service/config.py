@@ -61,7 +61,6 @@ class Settings(ServiceSettings):
         le=60,
         description="How often the round closer looks for federation rounds past their deadline.",
     )
-    access_log: bool = Field(default=True, description="uvicorn access log (method, path, status only).")
     curator_url_allowlist: list[str] = Field(
         default_factory=list,
         description="Curator base URLs a study may use (JSON list, e.g. '[\"https://curator.example.org:8001\"]'"

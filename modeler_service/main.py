@@ -18,6 +18,7 @@ from fastapi_offline import FastAPIOffline
 from modeler_service import repository as repo
 from modeler_service import service
 from modeler_service.api.deps import Components, TokenDep
+from modeler_service.api.lanes import step_lane
 from modeler_service.api.routes import federations, health, strategies, studies
 from modeler_service.config import Settings
 from modeler_service.console import build_console
@@ -29,7 +30,7 @@ from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.bo.factor import set_default_spill_directory
 from shared.errors import InputDataError, PoboError, StrategyError
-from shared.servicekit import serving
+from shared.servicekit import lanes, serving
 from shared.servicekit.app import add_access_guards
 from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
@@ -215,6 +216,7 @@ def create_app(
             503: {"description": "The database is unavailable; retry after Retry-After seconds."},
         },
     )
+    lanes.install(app, [step_lane(app.state.components, gate)])  # a study's step, past routing (api.lanes)
     if settings.console:  # the modeler team's browser console
         build_console(settings, token.get_secret_value()).install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)

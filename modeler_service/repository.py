@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, bindparam, case, func, insert, null, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from modeler_service.models import AuditEntry, Study, utcnow
@@ -182,133 +182,3 @@ def audit_entries(session: Session, study_id: str) -> list[AuditEntry]:
 
 def count_audit_entries(session: Session, study_id: str) -> int:
     return int(session.scalar(select(func.count()).where(AuditEntry.study_id == study_id)) or 0)
-
-
-_AUDIT = cast(Table, AuditEntry.__table__)
-_STUDIES = cast(Table, Study.__table__)
-#: Prebuilt hot-path statements (compiled once and cached; parameters bound per call).
-_INSERT_AUDIT = insert(_AUDIT)
-_ADVANCE_WHERE = (
-    (_STUDIES.c.id == bindparam("b_id"))
-    & (_STUDIES.c.rounds_done == bindparam("b_prev_round"))
-    & (_STUDIES.c.iterations_done == bindparam("b_prev_done"))
-    & (_STUDIES.c.audit_head == bindparam("b_prev_head"))
-    & _STUDIES.c.pending_round.is_not(None)
-)
-_ADVANCE_VALUES: dict[str, Any] = {
-    "iterations_done": bindparam("b_done"),
-    "rounds_done": bindparam("b_round"),
-    "audit_head": bindparam("b_head"),
-    "best_index": bindparam("b_best_index"),
-    "best_y": bindparam("b_best_y"),
-    "theta": bindparam("b_theta", type_=_STUDIES.c.theta.type),
-    "pending_round": null(),
-    "updated_at": bindparam("b_now", type_=_STUDIES.c.updated_at.type),
-}
-_ACTIVE = _STUDIES.c.status.in_(ACTIVE_STATUSES)
-_ADVANCE = update(_STUDIES).where(_ADVANCE_WHERE).values(**_ADVANCE_VALUES)
-_ADVANCE_AND_SETTLE = (
-    update(_STUDIES)
-    .where(_ADVANCE_WHERE)
-    .values(
-        **_ADVANCE_VALUES,
-        status=case((_ACTIVE, bindparam("b_status")), else_=_STUDIES.c.status),
-        run_target=case((_ACTIVE, null()), else_=_STUDIES.c.run_target),
-    )
-)
-
-
-_PLANNED_WHERE = (
-    (_STUDIES.c.id == bindparam("b_id"))
-    & _STUDIES.c.pending_round.is_(None)
-    & (_STUDIES.c.rounds_done == bindparam("b_rounds_done"))
-    & (_STUDIES.c.iterations_done == bindparam("b_done"))
-    & (_STUDIES.c.iterations_total == bindparam("b_total"))
-)
-_PLANNED_VALUES: dict[str, Any] = {"pending_round": bindparam("b_intent"), "updated_at": bindparam("b_now")}
-_WRITE_PLANNED = update(_STUDIES).where(_PLANNED_WHERE).values(**_PLANNED_VALUES).returning(*_STUDIES.c)
-_CLAIM_PLANNED = (
-    update(_STUDIES)
-    .where(_PLANNED_WHERE & _STUDIES.c.status.in_(bindparam("b_from", expanding=True)))
-    .values(**_PLANNED_VALUES, status="running", run_target=bindparam("b_target"), error=null())
-    .returning(*_STUDIES.c)
-)
-
-
-def write_planned_round(
-    session: Session,
-    study_id: str,
-    *,
-    intent: dict[str, Any],
-    rounds_done: int,
-    iterations_done: int,
-    iterations_total: int,
-    claim_from: Sequence[str] | None = None,
-    run_target: int | None = None,
-) -> Study | None:
-    """Write the intent of a round planned without reading the study, iff the study is what the plan
-    assumed: no round in flight, ``rounds_done`` rounds and ``iterations_done`` of ``iterations_total``
-    queries recorded (and, with ``claim_from``, a status among those, which becomes ``running`` with
-    ``run_target``). One conditional ``UPDATE ... RETURNING`` (built once, Core): the study as written, as
-    a detached ``Study`` nobody tracks, or None when it is not what the plan assumed (nothing written; the
-    caller plans from a read)."""
-    params: dict[str, Any] = {
-        "b_id": study_id,
-        "b_rounds_done": rounds_done,
-        "b_done": iterations_done,
-        "b_total": iterations_total,
-        "b_intent": intent,
-        "b_now": utcnow(),
-    }
-    stmt = _WRITE_PLANNED
-    if claim_from is not None:
-        stmt = _CLAIM_PLANNED
-        params.update(b_from=list(claim_from), b_target=run_target)
-    row = session.connection().execute(stmt, params).one_or_none()
-    return None if row is None else Study(**row._asdict())
-
-
-def insert_audit_entries(session: Session, entries: Sequence[AuditEntry]) -> None:
-    """The only write to the audit table: inserts (entries are never updated or deleted)."""
-    keys = [key for key in _AUDIT.columns.keys() if key != "id"]
-    rows = [{key: getattr(entry, key) for key in keys} for entry in entries]
-    session.connection().execute(_INSERT_AUDIT, rows)  # (Core on the session's connection: no ORM step)
-
-
-def advance_study(
-    session: Session,
-    study_id: str,
-    *,
-    round_no: int,
-    prev_done: int,
-    done: int,
-    prev_head: str,
-    head: str,
-    best_index: int | None,
-    best_y: float | None,
-    settle_status: str | None,
-    theta: list[float] | None = None,
-) -> bool:
-    """Record round ``round_no`` on the study row, iff it is still the one in flight (one UPDATE).
-
-    ``theta``: the strategy's point after the round (gradient studies; None for row studies).
-    With ``settle_status`` the run also ends (status ``done``/``ready``, unless no runner owned the study).
-    """
-    params: dict[str, Any] = {
-        "b_id": study_id,
-        "b_prev_round": round_no - 1,
-        "b_round": round_no,
-        "b_prev_done": prev_done,
-        "b_done": done,
-        "b_prev_head": prev_head,
-        "b_head": head,
-        "b_best_index": best_index,
-        "b_best_y": best_y,
-        "b_theta": theta,
-        "b_now": utcnow(),
-    }
-    stmt = _ADVANCE
-    if settle_status is not None:
-        stmt, params["b_status"] = _ADVANCE_AND_SETTLE, settle_status
-    result = session.connection().execute(stmt, params)
-    return bool(getattr(result, "rowcount", 0) == 1)

@@ -29,6 +29,7 @@ from modeler_service.audit import HASH_VERSION, entry_hash
 from modeler_service.context import Context, StudyFacts
 from modeler_service.exceptions import Conflict, StorageError, UpstreamError
 from modeler_service.models import AuditEntry, Study, utcnow
+from modeler_service.round_sql import RoundWriter
 from modeler_service.schemas import RoundQuery
 from shared.bo.strategies import (
     Answer,
@@ -198,7 +199,7 @@ def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> 
 class CachedPlan:
     """A round planned from the cache alone, and what it assumed of the study: that it had recorded
     ``round - 1`` rounds and ``iterations_done`` of ``iterations_total`` queries, with no round in flight.
-    If the study is exactly that (checked under its write lock by ``repo.write_planned_round``),
+    If the study is exactly that (checked under its write lock by ``round_sql.RoundWriter``),
     ``plan_round`` in that transaction would plan the very same round (same observed rounds, same round
     number and seed, same budget)."""
 
@@ -212,7 +213,7 @@ def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) 
     has no caught-up strategy for the study (after a restart, a failed round) or its budget is used.
 
     ``budget(iterations_total, iterations_done)``: the requests the round may have. The plan is a guess:
-    the caller writes it only if the study row is what it assumed (``repo.write_planned_round``) and plans
+    the caller writes it only if the study row is what it assumed (``round_sql.RoundWriter``) and plans
     again from the database if the study moved (another worker process recorded a round meanwhile).
     """
     state = ctx.cache.get(study_id)
@@ -308,7 +309,7 @@ def save_intent(
 
 
 def record_round(
-    session: Session,
+    writer: RoundWriter,
     study: Study,
     intent: RoundIntent,
     queries: Sequence[CuratorAnswer],
@@ -316,7 +317,8 @@ def record_round(
     settle_at: int | None = None,
     outcome: RoundOutcome | None = None,
 ) -> list[AuditEntry]:
-    """The round's audit entries and the study's counters, in the caller's one transaction.
+    """The round's audit entries and the study's counters, in the caller's one transaction (``writer``: the
+    round statements on its cursor).
 
     ``study`` is the row as read when the intent was written (this runner owns the study since then). The
     study row is advanced with one conditional UPDATE that also checks that nothing moved in between (same
@@ -370,9 +372,8 @@ def record_round(
     settle_status = None
     if settle_at is not None and done >= settle_at:
         settle_status = "done" if done >= study.iterations_total else "ready"
-    repo.insert_audit_entries(session, entries)
-    advanced = repo.advance_study(
-        session,
+    writer.insert_audit_entries(entries)
+    advanced = writer.advance_study(
         study.id,
         round_no=intent.round,
         prev_done=study.iterations_done,

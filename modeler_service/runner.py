@@ -33,12 +33,13 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
-from modeler_service import rounds, service
+from modeler_service import round_sql, rounds, service
 from modeler_service.context import Context, upstream
-from modeler_service.db import transaction
+from modeler_service.db import driver_transaction, transaction
 from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
 from modeler_service.models import Study, utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
+from modeler_service.round_sql import RoundWriter
 from modeler_service.rounds import CuratorAnswer, PlannedRequest, RoundIntent, is_complete
 from modeler_service.schemas import StepResult, StepTimings
 from shared.errors import PoboError
@@ -123,8 +124,9 @@ class Stepper:
                 outcome = rounds.round_outcome(session, ctx, study, intent, queries)
         plan_s += time.perf_counter() - t0
         t0 = time.perf_counter()
-        with transaction(ctx.db) as session:
-            rounds.record_round(session, study, intent, queries, settle_at=settle_at, outcome=outcome)
+        with driver_transaction(ctx.db) as cur:
+            writer = RoundWriter(round_sql.statements(ctx.db.engine), cur)
+            rounds.record_round(writer, study, intent, queries, settle_at=settle_at, outcome=outcome)
         t1 = time.perf_counter()
         rounds.observe_cached(ctx, study_id, intent, queries)
         plan_s += time.perf_counter() - t1
@@ -141,7 +143,7 @@ class Stepper:
         The strategy plans before the write transaction, so that no other study waits for it (on SQLite
         the write lock is one for the whole database). Usually the cached strategy plans without reading
         the database (``rounds.plan_cached``) and one conditional ``UPDATE ... RETURNING`` writes it, claim
-        included, iff the study is what the plan assumed (``repo.write_planned_round``). If the study moved
+        included, iff the study is what the plan assumed (``round_sql.RoundWriter``). If the study moved
         meanwhile (another worker process recorded a round; a round is in flight; it is not startable),
         nothing is written and the round is planned as without a cache: from a read transaction, then
         checked again under the write lock (and re-planned there if it moved again), where a study that
@@ -155,9 +157,8 @@ class Stepper:
         plan_s = time.perf_counter() - t0
         if cached is not None:
             planned = cached.intent
-            with transaction(ctx.db) as session:
-                written = repo.write_planned_round(
-                    session,
+            with driver_transaction(ctx.db) as cur:
+                written = RoundWriter(round_sql.statements(ctx.db.engine), cur).write_planned_round(
                     study_id,
                     intent=planned.to_json(),
                     rounds_done=planned.round - 1,

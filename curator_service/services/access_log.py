@@ -10,7 +10,7 @@ commit, one fsync, instead of two); its ``duration_ms`` then runs to just before
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,13 @@ class PendingEntry:
 
     def add(self, session: Session, principal: Principal, status_code: int) -> None:
         """Insert the entry in ``session``'s transaction (about to be committed, with this status)."""
-        repo.add_access_log(session, **self.fields(principal, status_code))
+        self.add_with(lambda fields: repo.add_access_log(session, **fields), principal, status_code)
+
+    def add_with(
+        self, insert: Callable[[dict[str, Any]], None], principal: Principal, status_code: int
+    ) -> None:
+        """Insert the entry with ``insert(fields)`` in a transaction about to be committed."""
+        insert(self.fields(principal, status_code))
         self._added = True
 
     def committed(self) -> None:

@@ -1,5 +1,5 @@
 """The hot path of every study iteration: a ``column`` query of a partner without output privacy, answered in
-one transaction of SQLAlchemy Core statements (``answer_repository``) instead of the ORM.
+one transaction of Core statements run on the driver's cursor (``answer_repository``) instead of the ORM.
 
 It writes exactly what ``queries.create_query`` writes for such a query, in the same order and under the
 same locks: the quota charge, the pending question, its person's (unbounded) output charge, the answer
@@ -21,15 +21,13 @@ from datetime import datetime
 from sqlalchemy.exc import IntegrityError
 
 from curator_service import answer_repository as arepo
-from curator_service import faults, querylog
-from curator_service import repository as repo
+from curator_service import faults
 from curator_service.db import Database
 from curator_service.models import utcnow
 from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import Principal, hash_token
 from curator_service.storage import ArrayStore
 from shared.privacy.rng import os_entropy_rng
-from shared.servicekit.db import transaction
 
 __all__ = ["AnsweredQuery", "answer_at_once", "column_outcome"]
 
@@ -63,8 +61,9 @@ def column_outcome(
 
 
 class _StepAside(Exception):
-    """Raised inside the transaction when the Idempotency-Key is taken: roll back, take the full path (which
-    replays the query under that key, or refuses a different one)."""
+    """Raised inside the transaction to roll it back and leave the request to ``queries.create_query``: a
+    case this path does not answer, or an Idempotency-Key used before (its insert failed the unique
+    constraint; the full path replays the query under that key, or refuses a different one)."""
 
 
 def answer_at_once(
@@ -84,34 +83,38 @@ def answer_at_once(
     digest = hash_token(token)
     if hmac.compare_digest(digest, admin_token_hash):
         return None
+    sql = arepo.statements(db.engine)
     try:
-        with transaction(db) as session:
-            conn = session.connection()
-            row = arepo.partner_and_granted_release(conn, digest, release_id)
+        with db.driver_transaction() as cur:
+            row = sql.partner_and_granted_release(cur, digest, release_id)
             if (
                 row is None
-                or not hmac.compare_digest(row.token_hash, digest)
-                or row.revoked_at is not None
-                or row.output_privacy is not None
+                or not hmac.compare_digest(row["token_hash"], digest)
+                or row["revoked_at"] is not None
+                or row["output_privacy"] is not None
             ):
-                return None
-            partner_id = int(row.partner_id)
+                raise _StepAside
+            partner_id = int(row["partner_id"])
             principal = Principal("partner", partner_id)
             authenticated(principal)
-            if index >= row.n or row.objective_mode != "column" or not repo.charge_quota_on(conn, partner_id):
-                return None
+            if (
+                index >= row["n"]
+                or row["objective_mode"] != "column"
+                or not sql.charge_quota(cur, partner_id)
+            ):
+                raise _StepAside
             # SQLite: the write transaction is exclusive since its first statement, so the head read with the
             # release is current. PostgreSQL: the release row is locked (and its head read) after the quota
             # charge's partner lock and before the insert, as ``queries.create_query`` does.
             head = (
-                (int(row.chain_count), str(row.chain_head))
-                if db.is_sqlite
-                else querylog.lock_head(conn, release_id)
+                (int(row["chain_count"]), str(row["chain_head"]))
+                if sql.is_sqlite
+                else sql.lock_head(cur, release_id)
             )
             created = utcnow()
             try:
-                query_id = arepo.insert_pending(
-                    conn,
+                query_id = sql.insert_pending(
+                    cur,
                     release_id=release_id,
                     partner_id=partner_id,
                     row_index=index,
@@ -123,23 +126,23 @@ def answer_at_once(
             query = AnsweredQuery(
                 query_id, release_id, partner_id, index, "pending", None, idempotency_key, created, None
             )
-            repo.add_output_charge(  # a raw answer: its person's output epsilon is unbounded
-                session,
-                population_id=row.population_id,
-                dataset_id=row.dataset_id,
+            sql.add_output_charge(  # a raw answer: its person's output epsilon is unbounded
+                cur,
+                population_id=row["population_id"],
+                dataset_id=row["dataset_id"],
                 row_index=index,
                 query_id=query_id,
                 partner_id=partner_id,
                 epsilon=None,
             )
-            y = column_outcome(store, row.outcomes_path, row.outcomes_sha256, row.noise_std, index)
-            written = querylog.link_inserted(conn, query, y, None, head)
+            y = column_outcome(store, row["outcomes_path"], row["outcomes_sha256"], row["noise_std"], index)
+            written = sql.link(cur, query, y, head)
             if access_entry is not None:
-                access_entry.add(session, principal, 201)
+                access_entry.add_with(lambda fields: sql.add_access_log(cur, fields), principal, 201)
             faults.pause_point("query.before_commit")  # crash tests: answered in memory, nothing on record
-            session.commit()  # deliberate: question, charges and answer are on record before it leaves
-            if access_entry is not None:
-                access_entry.committed()
-            return replace(query, status="complete", y=y, completed_at=written["completed_at"])
+        # committed (fsync'd) as the block ended: question, charges and answer are on record before it leaves
+        if access_entry is not None:
+            access_entry.committed()
+        return replace(query, status="complete", y=y, completed_at=written["completed_at"])
     except _StepAside:
         return None

@@ -11,7 +11,8 @@ records the answered query durably and answers. This module builds that path bar
 
 Both are synchronous routes (run in anyio's thread pool, like pobo's) served by real single-process
 uvicorn processes on loopback, without access logs. :func:`measure_floor` starts them, warms up, then
-times sequential requests of a persistent ``httpx.Client`` and returns p50/p90/mean in milliseconds.
+times sequential requests of a persistent ``httpx.Client`` and returns p50/p90/mean in milliseconds;
+:class:`FloorPath` keeps both apps up for a caller that interleaves floor requests with its own.
 
 Serve one by hand with ``python -m shared.bench.floor back --port P --db PATH`` or
 ``python -m shared.bench.floor front --port P --back-url URL``.
@@ -36,7 +37,7 @@ from pydantic import BaseModel
 
 from shared.processes import ServiceProcess, free_port
 
-__all__ = ["FloorProcess", "back_app", "front_app", "measure_floor", "open_database"]
+__all__ = ["FloorPath", "FloorProcess", "back_app", "front_app", "measure_floor", "open_database", "summary"]
 
 #: The pragmas of ``shared.servicekit.db._sqlite_pragmas`` that decide durability and locking.
 PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA busy_timeout=60000")
@@ -128,7 +129,63 @@ class FloorProcess(ServiceProcess):
         return [sys.executable, "-m", "shared.bench.floor", *self.args]
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
+class FloorPath:
+    """The floor's two apps, started (``with FloorPath() as floor:``): :meth:`time_request` times one
+    ``POST /step`` of a persistent client; :attr:`rows` counts the rows on disk after the ``with``.
+
+    ``pobo bench service`` keeps one open beside pobo's services and alternates floor requests with pobo's
+    iterations, so that both are timed under the same conditions (a shared VM's speed drifts by 2x within
+    minutes; a floor timed a few seconds before pobo's iterations was not comparable)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._http: httpx.Client | None = None
+        self._db: Path | None = None
+        self._sent = 0
+        self.rows = 0
+
+    def __enter__(self) -> FloorPath:
+        stack = self._stack.__enter__()
+        try:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pobo-floor-")))
+            self._db = tmp / "floor.sqlite"
+            stack.callback(self._count_rows)  # runs after the apps stopped, before the directory goes
+            back = FloorProcess(["back", "--db", str(self._db)], port=free_port(), log_path=tmp / "back.log")
+            stack.enter_context(back)
+            back.wait_healthy()
+            front = FloorProcess(
+                ["front", "--back-url", back.url], port=free_port(), log_path=tmp / "front.log"
+            )
+            stack.enter_context(front)
+            front.wait_healthy()
+            self._http = stack.enter_context(httpx.Client(base_url=front.url, timeout=60))
+        except BaseException:
+            stack.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http = None
+        self._stack.__exit__(*exc)  # type: ignore[arg-type]
+
+    def _count_rows(self) -> None:
+        assert self._db is not None
+        with contextlib.closing(sqlite3.connect(self._db)) as conn:
+            self.rows = int(conn.execute("SELECT count(*) FROM answers").fetchone()[0])
+
+    def time_request(self) -> float:
+        """One ``POST /step`` through both apps (one fsync'd insert); returns its latency in ms."""
+        assert self._http is not None, "use FloorPath in a with statement"
+        self._sent += 1
+        t0 = time.perf_counter()
+        resp = self._http.post("/step", json={"x": self._sent})
+        elapsed = (time.perf_counter() - t0) * 1e3
+        resp.raise_for_status()
+        return elapsed
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    """p50, p90, p95 and mean of ``samples`` (ms)."""
     a = np.asarray(samples)
     return {
         "p50": float(np.percentile(a, 50)),
@@ -142,28 +199,17 @@ def measure_floor(*, requests: int = 300, warmup: int = 30) -> dict[str, Any]:
     """Start ``back`` and ``front``, send ``warmup`` then ``requests`` sequential ``POST /step`` calls;
     returns ``{"p50", "p90", "p95", "mean"}`` (ms, timed requests only), ``requests``, ``rows`` (rows on disk
     afterwards, warm-up included) and ``samples_ms``."""
-    samples: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="pobo-floor-") as tmp_name:
-        tmp = Path(tmp_name)
-        db = tmp / "floor.sqlite"
-        back = FloorProcess(["back", "--db", str(db)], port=free_port(), log_path=tmp / "back.log")
-        with back:
-            back.wait_healthy()
-            front = FloorProcess(
-                ["front", "--back-url", back.url], port=free_port(), log_path=tmp / "front.log"
-            )
-            with front, httpx.Client(base_url=front.url, timeout=60) as http:
-                front.wait_healthy()
-                for k in range(warmup + requests):
-                    t0 = time.perf_counter()
-                    resp = http.post("/step", json={"x": k})
-                    elapsed = (time.perf_counter() - t0) * 1e3
-                    resp.raise_for_status()
-                    if k >= warmup:
-                        samples.append(elapsed)
-        with contextlib.closing(sqlite3.connect(db)) as conn:
-            rows = int(conn.execute("SELECT count(*) FROM answers").fetchone()[0])
-    return {**_summary(samples), "requests": requests, "warmup": warmup, "rows": rows, "samples_ms": samples}
+    with FloorPath() as floor:
+        for _ in range(warmup):
+            floor.time_request()
+        samples = [floor.time_request() for _ in range(requests)]
+    return {
+        **summary(samples),
+        "requests": requests,
+        "warmup": warmup,
+        "rows": floor.rows,
+        "samples_ms": samples,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -126,6 +126,7 @@ class Database:
         write_engine = (
             self.engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"}) if self.is_sqlite else self.engine
         )
+        self.write_engine = write_engine
         # expire_on_commit=False: attributes stay readable after a commit without opening a transaction
         # again (which, for a write session on SQLite, would take the write lock again).
         self.read = sessionmaker(bind=self.engine, expire_on_commit=False)
@@ -133,6 +134,21 @@ class Database:
 
     def session(self, *, write: bool = True) -> Session:
         return (self.write if write else self.read)()
+
+    @contextmanager
+    def driver_transaction(self) -> Iterator[Any]:
+        """A write transaction (begun, committed or rolled back by SQLAlchemy, as a write session's: on
+        SQLite ``BEGIN IMMEDIATE`` in the writer's turn) whose statements the caller runs on the yielded
+        DB-API cursor (``driver_sql.DriverStatement``). Commits when the block ends, rolls back if it
+        raises."""
+        with self.write_engine.connect() as conn, conn.begin():
+            dbapi_connection = conn.connection.dbapi_connection
+            assert dbapi_connection is not None
+            cursor = dbapi_connection.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
 
     def ping(self) -> bool:
         """Whether the database answers ``SELECT 1`` (for ``/healthz``)."""

@@ -60,6 +60,11 @@ class ServiceSettings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)  # each service's own: default_port
+    access_log: bool = Field(
+        default=True,
+        description="uvicorn's access log on stdout (method, path, status only). The curator's durable "
+        "access log (GET /v1/access-log) is kept either way.",
+    )
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from curator_service.api.routes import queries as query_routes
 from curator_service.models import AccessLog, OutputCharge, Query
+from curator_service.services import answers
 from tests.curator_service.conftest import ADMIN, World, bearer
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +49,7 @@ async def test_the_core_path_writes_what_the_orm_path_writes(
     fast = await _ask(world, 1, key="a")
     assert fast.status_code == 201 and spy.calls == 0  # answered in Core
     with monkeypatch.context() as m:
-        m.setattr(query_routes, "answer_at_once", lambda *args, **kwargs: None)  # force the ORM path
+        m.setattr(answers, "answer_at_once", lambda *args, **kwargs: None)  # force the ORM path
         slow = await _ask(world, 2, key="b")
     assert slow.status_code == 201 and spy.calls == 1
     a, b = fast.json(), slow.json()

@@ -6,8 +6,10 @@ import contextlib
 import math
 import sqlite3
 
+import pytest
 from fastapi.testclient import TestClient
 
+from shared.bench import service
 from shared.bench.floor import back_app, measure_floor, open_database
 
 
@@ -30,3 +32,21 @@ def test_back_uses_pobos_durability_settings(tmp_path) -> None:
     assert answers[0]["y"] == math.sin(1)
     with contextlib.closing(sqlite3.connect(tmp_path / "b.sqlite")) as conn:
         assert conn.execute("SELECT x FROM answers ORDER BY id").fetchall() == [(1,), (2,), (3,)]
+
+
+@pytest.mark.slow
+def test_bench_service_times_the_floor_between_pobos_steps() -> None:
+    result = service.measure(
+        n=200, d=3, r=3, iterations=4, studies=1, floor_per_step=2, floor_warmup=2, floor_sequential=3
+    )
+    steps = result["setup"]["steps"]
+    assert steps == 3 and result["setup"]["floor_requests"] == 2 * steps  # two floor requests per step
+    assert result["setup"]["floor_sequential_requests"] == 3
+    for floor in (result["floor_ms"], result["floor_sequential_ms"]):
+        assert 0 < floor["p50"] <= floor["p95"]
+    overhead = result["summary_ms"]["overhead"]["p50"]
+    assert result["overhead_ratio_to_floor"] == pytest.approx(overhead / result["floor_ms"]["p50"])
+    assert result["overhead_ratio_to_sequential_floor"] == pytest.approx(
+        overhead / result["floor_sequential_ms"]["p50"]
+    )
+    assert result["pass_ratio_to_floor"] == (result["overhead_ratio_to_floor"] <= 2.0)

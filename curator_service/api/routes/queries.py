@@ -20,9 +20,9 @@ from curator_service.api.deps import (
     components_of,
     partner_in_session,
 )
+from curator_service.api.lanes import TRIED_IN_CORE, answer_core
 from curator_service.schemas import query_public
 from curator_service.services import queries as query_service
-from curator_service.services.answers import answer_at_once
 from shared.protocol.schemas import QueriesPublic, QueryCreate, QueryLogVerification, QueryPublic, QueryResult
 from shared.servicekit.db import transaction
 
@@ -73,26 +73,20 @@ async def create_query(
         ),
     ] = None,
 ) -> Response:
-    # The hot path of every iteration: authentication, the query and its commit run in one hop to the
-    # worker-thread pool, in one write transaction (as ``PartnerInSessionDep`` + ``SessionDep`` would, in
-    # four hops).
+    # The hot path of every iteration is the fast lane (``api.lanes``), which answers the common case in
+    # Core before this route is reached. A request it does not take comes here: in one hop to the
+    # worker-thread pool and one write transaction, Core first (unless the lane tried it already), then
+    # the ORM path, which answers, replays or refuses everything else.
     components = components_of(request)
 
     def ask() -> tuple[bytes, bool]:
-        access_entry = getattr(request.state, "access_log", None)  # written with the answer (one commit)
-        answered = answer_at_once(
-            components.db,
-            components.store,
-            components.admin_token_hash,
-            credentials.credentials,
-            release_id,
-            body.index,
-            idempotency_key,
-            access_entry,
-            lambda principal: setattr(request.state, "principal", principal),
-        )
-        if answered is not None:  # the common case: a raw column answer, in Core (``services.answers``)
-            return _json(query_public(answered)), False
+        state = request.scope.setdefault("state", {})  # request.state's dict (the access log's entry)
+        if not state.get(TRIED_IN_CORE):
+            content = answer_core(
+                components, state, credentials.credentials, release_id, body.index, idempotency_key
+            )
+            if content is not None:
+                return content, False
         with transaction(components.db) as session:
             partner = partner_in_session(request, credentials, session)
             query, replayed = query_service.create_query(
@@ -102,7 +96,7 @@ async def create_query(
                 release_id,
                 body.index,
                 idempotency_key,
-                access_entry,
+                state.get("access_log"),  # written with the answer (one commit)
             )
             return _json(query_public(query)), replayed
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from modeler_service import results, service
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
+from modeler_service.api.lanes import step_json
 from modeler_service.schemas import (
     AuditLog,
     AuditVerification,
@@ -72,11 +73,10 @@ def step(study_id: str, components: ComponentsDep) -> Response:
     ``status: "pending"`` and ``y: null``; the study becomes ``awaiting_measurement`` and records the value
     by itself when the curator's operator posts it.
     """
-    result = service.step_now(components.ctx, components.stepper, components.runners, study_id)
-    # Serialised here, in the route's worker thread, into the JSON FastAPI would send for the
-    # ``StepResult``: FastAPI would otherwise re-validate the model it was given in a second hop to the
-    # thread pool (a sync route) before serialising it the same way.
-    return Response(result.model_dump_json(by_alias=True), media_type="application/json")
+    # The fast lane (``api.lanes``) takes this request before it gets here when it carries the modeler
+    # token. Serialised here, in the route's worker thread, into the JSON FastAPI would send for the
+    # ``StepResult``: FastAPI would otherwise re-validate the model in a second hop to the thread pool.
+    return Response(step_json(components, study_id), media_type="application/json")
 
 
 @router.post(
