@@ -9,7 +9,6 @@ the same ``utcnow()``.
 
 from __future__ import annotations
 
-import weakref
 from datetime import datetime
 from typing import Any, cast
 
@@ -18,7 +17,7 @@ from sqlalchemy import Engine, Table, bindparam, insert, select
 from curator_service import querylog
 from curator_service.models import AccessLog, Dataset, Grant, OutputCharge, Partner, Query, Release, utcnow
 from curator_service.repository import CHARGE_QUOTA
-from shared.servicekit.driver_sql import DriverStatement
+from shared.servicekit.driver_sql import DriverStatement, PerEngine
 
 __all__ = ["AnswerStatements", "statements"]
 
@@ -147,12 +146,5 @@ class AnswerStatements:
         self._s["log"].run(cur, {"at": utcnow(), **columns})
 
 
-_COMPILED: weakref.WeakKeyDictionary[Engine, AnswerStatements] = weakref.WeakKeyDictionary()
-
-
-def statements(engine: Engine) -> AnswerStatements:
-    """The path's statements for ``engine`` (compiled on first use)."""
-    found = _COMPILED.get(engine)
-    if found is None:
-        found = _COMPILED[engine] = AnswerStatements(engine)
-    return found
+#: The statements for an engine, compiled on first use.
+statements = PerEngine(AnswerStatements)

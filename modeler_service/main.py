@@ -253,5 +253,4 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
         (host, port, workers),
         single_app=app,
         before_workers=before_workers,
-        access_log=settings.access_log,
     )

@@ -8,7 +8,6 @@ execution's own work was most of their cost. :class:`RoundWriter` binds them to 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -17,7 +16,7 @@ from sqlalchemy import ColumnElement, Engine, Table, bindparam, case, insert, nu
 
 from modeler_service.models import AuditEntry, Study, utcnow
 from modeler_service.repository import ACTIVE_STATUSES
-from shared.servicekit.driver_sql import DriverStatement
+from shared.servicekit.driver_sql import DriverStatement, PerEngine
 
 __all__ = ["RoundStatements", "RoundWriter", "statements"]
 
@@ -95,15 +94,8 @@ class RoundStatements:
         return found
 
 
-_COMPILED: weakref.WeakKeyDictionary[Engine, RoundStatements] = weakref.WeakKeyDictionary()
-
-
-def statements(engine: Engine) -> RoundStatements:
-    """The round statements for ``engine`` (compiled on first use)."""
-    found = _COMPILED.get(engine)
-    if found is None:
-        found = _COMPILED[engine] = RoundStatements(engine)
-    return found
+#: The statements for an engine, compiled on first use.
+statements = PerEngine(RoundStatements)
 
 
 @dataclass(frozen=True)

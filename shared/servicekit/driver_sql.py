@@ -20,8 +20,9 @@ Core execution would raise.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.dialects import sqlite
@@ -29,7 +30,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement"]
+__all__ = ["DriverStatement", "PerEngine"]
+
+T = TypeVar("T")
 
 
 class DriverStatement:
@@ -102,3 +105,18 @@ class DriverStatement:
             name: value if process is None else process(value)
             for name, value, process in zip(self.columns, row, self._results, strict=True)
         }
+
+
+class PerEngine(Generic[T]):
+    """``build(engine)`` made once per engine and kept while the engine lives (a module's compiled
+    statements: ``statements = PerEngine(AnswerStatements)``, then ``statements(db.engine)``)."""
+
+    def __init__(self, build: Callable[[Engine], T]) -> None:
+        self._build = build
+        self._made: weakref.WeakKeyDictionary[Engine, T] = weakref.WeakKeyDictionary()
+
+    def __call__(self, engine: Engine) -> T:
+        made = self._made.get(engine)
+        if made is None:
+            made = self._made[engine] = self._build(engine)
+        return made

@@ -181,6 +181,7 @@ class ServiceSettings(Protocol):
     tls_certfile: Path | None
     tls_keyfile: Path | None
     tls_keyfile_password: SecretStr | None
+    access_log: bool
 
     @property
     def tls_enabled(self) -> bool: ...
@@ -192,7 +193,6 @@ def serve(
     *,
     single_app: Callable[[], Any],
     before_workers: Callable[[], object],
-    access_log: bool = True,
 ) -> None:
     """``pobo <service> serve``: one process (``single_app()`` builds the app, start-up work included), or
     ``before_workers()`` (the start-up work) once, then ``workers`` processes, each building the app with
@@ -222,5 +222,5 @@ def serve(
         tls_certfile=settings.tls_certfile,
         tls_keyfile=settings.tls_keyfile,
         tls_keyfile_password=password.get_secret_value() if password else None,
-        access_log=access_log,
+        access_log=settings.access_log,
     )
