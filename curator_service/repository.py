@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import Select, Table, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import (
@@ -236,14 +236,11 @@ def charge_quota(session: Session, partner_id: int) -> bool:
     """Atomically take one query from the partner's quota; False when it is used up.
 
     A single conditional UPDATE: on PostgreSQL concurrent chargers queue on the row lock and re-check the
-    condition; on SQLite the write session's BEGIN IMMEDIATE serialises them.
+    condition; on SQLite the write session's BEGIN IMMEDIATE serialises them. (The same statement runs on
+    the driver's cursor in the Core answer path, ``answer_repository``.)
     """
-    return charge_quota_on(session.connection(), partner_id)
-
-
-def charge_quota_on(conn: Connection, partner_id: int) -> bool:
-    """:func:`charge_quota` on a connection (the Core answer path, ``services/answers.py``)."""
-    return bool(conn.execute(CHARGE_QUOTA, {"partner_id": partner_id}).rowcount == 1)
+    result = session.connection().execute(CHARGE_QUOTA, {"partner_id": partner_id})
+    return bool(result.rowcount == 1)
 
 
 _PARTNERS = cast(Table, Partner.__table__)
