@@ -4,8 +4,8 @@ An incremental GP-UCB loop over n candidates reads A once per step (``l^T A``, G
 one row) and writes one new row: T steps read ``8 n T (T + 1) / 2`` bytes, the loop's memory-bandwidth floor
 (``pobo bench perf``). Storing A as one array that doubles when full would also copy every row at each
 doubling (and fault in twice the memory); here rows go into fixed-size blocks, allocated when the previous
-one is full, so each row is written once and read once per step, block by block with one BLAS ``dgemv``
-each.
+one is full, so each row is written once and read once per step, block by block with one BLAS gemv each
+(``project_columns``, on the chunk of columns the GP's pass is working on).
 
 Fresh memory is expensive to touch for the first time (the kernel zeroes every page, and a virtual machine
 whose host backs guest memory lazily adds a fault per page: ~2 ms per MB on our CI machines, more than reading
@@ -122,9 +122,9 @@ class FactorRows:
     ) -> None:
         self.n = int(n)
         self.dtype = np.dtype(dtype)
+        self._g: Any = None  # project()'s result buffer
         if self.dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise ValueError(f"the factor is float64 or float32, not {self.dtype}")
-        self._g: Any = None  # project()'s result buffer
         self.block_rows = int(block_rows)
         self.spill = spill
         self.spill_directory = Path(spill_directory) if spill_directory is not None else None
@@ -204,16 +204,34 @@ class FactorRows:
             self.next_row()[:] = row
             self.commit()
 
-    # -- products --------------------------------------------------------------------------------------
+    # -- products ---------------------------------------------------------------------------------------
+    def project_columns(
+        self, x: npt.NDArray[Any], s: slice, out: npt.NDArray[Any], tmp: npt.NDArray[Any]
+    ) -> None:
+        """``out <- x^T A[:, s]`` in the factor's precision (float32: single-precision sums, as ``sgemv``): x
+        [t] and the buffers out, tmp [len(s)] of the factor's dtype; one BLAS gemv per block over its columns
+        s (``tmp`` holds a block's part before it is added). The GP's step calls it chunk by chunk inside its
+        pass over n, so the product of a chunk is used while it is in cache. t = 0: zeros."""
+        start = 0
+        for block in self._used():
+            rows = block.shape[0]
+            if start == 0:
+                np.matmul(x[:rows], block[:, s], out=out)
+            else:
+                np.matmul(x[start : start + rows], block[:, s], out=tmp)
+                np.add(out, tmp, out=out)
+            start += rows
+        if start == 0:
+            out.fill(0.0)
+
     def gemv_into(self, x: FloatArray, y: FloatArray, *, alpha: float, beta: float) -> None:
         """``y <- beta y + alpha x^T A`` in place, x [t], y [n] float64 (contiguous), float64 factor: one
         BLAS dgemv per block, each reading its rows once (the first block applies ``beta``; with t = 0,
-        ``y <- beta y``). A float32 factor uses ``project``."""
+        ``y <- beta y``)."""
         from scipy.linalg.blas import dgemv
 
         if self.dtype != np.float64:
             raise ValueError("gemv_into needs a float64 factor; a float32 one uses project()")
-
         start, scale = 0, float(beta)
         for block in self._used():
             rows = block.shape[0]
@@ -222,9 +240,10 @@ class FactorRows:
         if start == 0 and scale != 1.0:
             y *= scale
 
-    def project(self, x: npt.ArrayLike) -> Any:
-        """``x^T A`` [n] in the factor's precision (float32: sgemv, single-precision sums), one BLAS call per
-        block into a buffer reused by the next call; None when t = 0."""
+    def project(self, x: npt.NDArray[Any]) -> Any:
+        """``x^T A`` [n] over all n in the factor's precision (float32: sgemv, single-precision sums), x [t]
+        of the factor's dtype: one BLAS call per block accumulating into a buffer reused by the next call
+        (its threads stay busy for the whole product); None when t = 0."""
         from scipy.linalg.blas import dgemv, sgemv
 
         blocks = self._used()
@@ -233,10 +252,10 @@ class FactorRows:
         if self._g is None:
             self._g = np.empty(self.n, dtype=self.dtype)
         gemv = sgemv if self.dtype == np.float32 else dgemv
-        g, xs, start = self._g, np.asarray(x, dtype=self.dtype), 0
+        g, start = self._g, 0
         for block in blocks:
             rows = block.shape[0]
-            gemv(1.0, block.T, xs[start : start + rows], beta=0.0 if start == 0 else 1.0, y=g, overwrite_y=1)
+            gemv(1.0, block.T, x[start : start + rows], beta=0.0 if start == 0 else 1.0, y=g, overwrite_y=1)
             start += rows
         return g
 

@@ -23,17 +23,18 @@ hyper-parameters rebuilds the factorisation from scratch (O(n t r + n t^2)), on 
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy.linalg import solve_triangular
 
 from shared.bo.factor import SPARE_MIN_BYTES, FactorRows, give_back, take_spare
-from shared.bo.parallel import CHUNK, split
+from shared.bo.parallel import CHUNK, in_parallel, split
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -42,6 +43,9 @@ __all__ = ["GaussianProcess", "Hyperparameters", "median_distance", "se_kernel"]
 
 #: Added to the diagonal of K (beside the noise variance) for numerical stability.
 DEFAULT_JITTER = 1e-10
+
+#: Rows of Z transposed at a time into ``[Z/l; ...]`` (15 float64 columns: 240 KB, within a core's L2).
+TILE = 2048
 
 #: float32's unit roundoff (a float32 factor's error bounds, ``GaussianProcess.float32_bounds``).
 F32_UNIT = 2.0**-24
@@ -83,6 +87,31 @@ def se_kernel(A: FloatArray, B: FloatArray, hp: Hyperparameters) -> FloatArray:
     sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
     np.maximum(sq, 0.0, out=sq)
     out: FloatArray = hp.signal_variance * np.exp(-0.5 * sq)
+    return out
+
+
+def _finish(part: FloatArray, shift: float, log_s2: float) -> None:
+    """The kernel row's element-wise end, in place: ``exp(min(part + shift, ln s2))`` (``part`` holds the
+    dgemv's ``z_i.z_j - |z_i|^2/2``, ``shift`` is ``ln s2 - |z_j|^2/2``)."""
+    np.add(part, shift, out=part)  # ln s2 - |z_i - z_j|^2 / 2
+    np.minimum(part, log_s2, out=part)
+    np.exp(part, out=part)
+
+
+_chunks = threading.local()
+
+
+def _chunk_buffer(name: str, dtype: np.dtype[Any], size: int) -> npt.NDArray[Any]:
+    """A [size] array (size <= CHUNK) of the calling thread's own, kept for its next chunk: a pass's
+    temporaries then stay in the core's cache instead of being written back to an [n] array."""
+    key = (name, dtype.char)
+    buffers = getattr(_chunks, "buffers", None)
+    if buffers is None:
+        buffers = _chunks.buffers = {}
+    buf = buffers.get(key)
+    if buf is None or buf.size < size:
+        buf = buffers[key] = np.empty(max(size, CHUNK), dtype=dtype)
+    out: npt.NDArray[Any] = buf[:size]
     return out
 
 
@@ -179,7 +208,15 @@ class GaussianProcess:
         self._ucb_for: tuple[int, float] | None = None  # (t, c) of the values in _ucb, while valid
         ls = np.asarray(self.hp.lengthscale, dtype=np.float64)
         # [Z / l ; -|Z / l|^2 / 2]^T as one [r + 1, n] array: k(Z_j, Z) is one dgemv over it (kernel_row)
-        np.divide(self.Z.T, ls[:, None] if ls.ndim else ls, out=self._ST[:r])
+        scale = ls[:, None] if ls.ndim else ls
+        Z, ST = self.Z, self._ST
+
+        def transpose(s: slice) -> None:  # in tiles that stay in cache (one strided pass: 3-4x slower)
+            for start in range(s.start, s.stop, TILE):
+                tile = slice(start, min(start + TILE, s.stop))
+                np.divide(Z[tile].T, scale, out=ST[:r, tile])
+
+        split(transpose, self.n)
         self._sqnorm = np.einsum("ij,ij->j", self._ST[:r], self._ST[:r])
         np.multiply(self._sqnorm, -0.5, out=self._ST[r])
 
@@ -208,14 +245,16 @@ class GaussianProcess:
         """The stored factor A [t, n] (row blocks; see ``shared.bo.factor``)."""
         return self._A
 
-    def _kernel_row_into(self, j: int, out: FloatArray) -> None:
+    def _kernel_row_into(self, j: int, out: FloatArray, *, finish: bool = True) -> tuple[float, float] | None:
         """``out <- k(Z_j, Z)`` [n]: one dgemv over ``[Z/l; -|Z/l|^2/2]`` gives ``z_i.z_j - |z_i|^2/2``;
         adding ``ln s2 - |z_j|^2/2`` makes it ``ln s2 - |z_i - z_j|^2/2``, clamped at ``ln s2`` (a distance
-        is >= 0) and exponentiated, in one pass split across the cores. A subclass that overrides
-        ``kernel_row`` (another kernel) is copied in instead."""
+        is >= 0) and exponentiated (``_finish``), in one pass split across the cores. With ``finish=False``
+        the pass is left to the caller: ``out`` holds the dgemv's values and the result is ``_finish``'s
+        ``(shift, ln s2)``. A subclass that overrides ``kernel_row`` (another kernel) is copied in instead
+        (result None: ``out`` holds the kernel values)."""
         if type(self).kernel_row is not GaussianProcess.kernel_row:
             out[:] = self.kernel_row(j)
-            return
+            return None
         from scipy.linalg.blas import dgemv
 
         r = self._ST.shape[0] - 1
@@ -223,15 +262,11 @@ class GaussianProcess:
         x[:r], x[r] = self._ST[:r, j], 1.0
         dgemv(1.0, self._ST.T, x, beta=0.0, y=out, overwrite_y=1)  # -|z_i|^2/2 + z_i . z_j
         log_s2 = math.log(self.hp.signal_variance)
-        shift = float(self._ST[r, j]) + log_s2
-
-        def finish(s: slice) -> None:
-            part = out[s]
-            np.add(part, shift, out=part)  # ln s2 - |z_i - z_j|^2 / 2
-            np.minimum(part, log_s2, out=part)
-            np.exp(part, out=part)
-
-        split(finish, self.n, chunk=CHUNK)
+        params = (float(self._ST[r, j]) + log_s2, log_s2)
+        if not finish:
+            return params
+        split(lambda s: _finish(out[s], *params), self.n, chunk=CHUNK)
+        return None
 
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
@@ -252,11 +287,11 @@ class GaussianProcess:
     def add(self, index: int, y: float, *, ucb_scale: float | None = None) -> None:
         """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r)).
 
-        The new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` is built in place in A's next row (kernel row, then
-        one accumulating dgemv per block of A: A is read once); p, q and the variance are then updated from it
-        in one pass over n, chunk by chunk (``_update``). With ``ucb_scale`` c, the same pass also writes
-        ``mean + c std`` of the updated posterior, which ``ucb_values(c)`` then returns without another pass
-        (GP-UCB's next acquisition)."""
+        The new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` is built in place in A's next row: the kernel row's
+        dgemv over Z, then one pass over n, chunk by chunk (``_update``), that finishes the kernel values,
+        forms ``l^T A`` on the chunk (A is read once), and updates p, q and the variance from the new row.
+        With ``ucb_scale`` c, the same pass also writes ``mean + c std`` of the updated posterior, which
+        ``ucb_values(c)`` then returns without another pass (GP-UCB's next acquisition)."""
         j = int(index)
         if not 0 <= j < self.n:
             raise InputDataError(f"index must be in [0, {self.n - 1}], got {index}")
@@ -265,30 +300,28 @@ class GaussianProcess:
         if self.t == self._idx.size:
             self._grow()
         t = self.t
-        # [n], filled in place: k(Z_j, Z), then the new row of A (in A's next row, or in float64 beside a
-        # float32 factor, then stored rounded and read back so that p and the variance follow the stored A)
+        # [n], filled in place: the kernel row's dgemv, then (in ``_update``'s pass) k(Z_j, Z) and the new row
+        # of A (in A's next row, or in float64 beside a float32 factor, then stored rounded and read back so
+        # that p and the variance follow the stored A)
         a = self._A.next_row() if self._row is None else self._row
-        self._kernel_row_into(j, a)
-        k_old = a[self._idx[:t]]  # k(Z_I, Z_j) [t]
+        finish = self._kernel_row_into(j, a, finish=False)
+        k_old = a[self._idx[:t]]  # k(Z_I, Z_j) [t] (a copy): the same element-wise steps as the pass
+        if finish is not None:
+            _finish(k_old, *finish)
         L = self._L[:t, :t]
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
         d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
         l_tt = math.sqrt(max(d2, self.jitter))
-        stored: tuple[FloatArray, FloatArray | None] | None = None
-        if self._row is None:
-            self._A.gemv_into(lvec, a, alpha=-1.0 / l_tt, beta=1.0 / l_tt)  # a = (k_row - l^T A) / l_tt
-        else:  # float32 factor: l^T A by sgemv now; the row is finished in float64 by ``_update``
-            g = self._A.project(lvec)
-            stored = (self._A.next_row(), None if g is None else g)
         w = (float(y) - float(lvec @ self._w[:t])) / l_tt
         u = (1.0 - float(lvec @ self._u[:t])) / l_tt
         self._L[t, :t], self._L[t, t] = lvec, l_tt
         self._w[t], self._u[t] = w, u
         self._idx[t], self._y[t] = j, float(y)
-        if stored is not None:
+        if self._row is not None:
             self._err[t] = self._row_error_bound(lvec, l_tt)
         m = float(self._y[: t + 1].mean()) if self.prior_mean == "empirical" else 0.0  # self.m at t + 1
-        self._update(a, w, u, 1.0 / l_tt, stored, None if ucb_scale is None else (float(ucb_scale), m))
+        ucb = None if ucb_scale is None else (float(ucb_scale), m)
+        self._update(a, finish, lvec, (w, u, 1.0 / l_tt), ucb)
         self._A.commit()
         self.t = t + 1
         self._ucb_for = None if ucb_scale is None else (self.t, float(ucb_scale))
@@ -296,26 +329,59 @@ class GaussianProcess:
     def _update(
         self,
         a: FloatArray,
-        w: float,
-        u: float,
-        inv: float,
-        stored: tuple[FloatArray, FloatArray | None] | None,
+        finish: tuple[float, float] | None,
+        lvec: FloatArray,
+        coefficients: tuple[float, float, float],
         ucb: tuple[float, float] | None,
     ) -> None:
-        """One chunked pass over n after the new row's BLAS work: (float32 factor: ``a <- (a - g) inv``,
-        stored rounded in ``row`` and read back), ``p += w a``, ``q += u a`` (empirical prior mean only),
-        ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition ``mean + c std`` into ``_ucb``."""
-        p, q, var, scratch = self._p, self._q, self._var, self._scratch
+        """The step's one chunked pass over n, split across the cores: on each chunk, the kernel row's
+        ``_finish`` (``finish`` given), ``g = l^T A`` over the chunk's columns (one BLAS gemv per block of
+        A, in the factor's precision: A is read once, the chunk's g used while in cache), the new row
+        ``a <- (a - g) inv`` (float32 factor: stored rounded in A's next row and read back), ``p += w a``,
+        ``q += u a`` (empirical prior mean only), ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition
+        ``mean + c std`` into ``_ucb``."""
+        w, u, inv = coefficients
+        p, q, var = self._p, self._q, self._var
         empirical = self.prior_mean == "empirical"
+        row = None if self._row is None else self._A.next_row()
+        x = lvec.astype(self._A.dtype) if lvec.size else None
+        dtype = self._A.dtype
+        whole, formed = None, False
+        if not in_parallel(self.n):
+            # One slice (below MIN_PARALLEL): l^T A in one BLAS call per block over all n first, so BLAS
+            # keeps its threads busy (called chunk by chunk they sleep between the calls: measured, the
+            # n = 100 000 loop 1.15x slower). A float64 factor's row is formed in BLAS, as ``y <- beta y +
+            # alpha x^T A`` with the kernel values finished first (that loop 1.04x faster than in the pass).
+            if row is None:
+                if finish is not None:
+                    _finish(a, *finish)
+                    finish = None
+                self._A.gemv_into(lvec, a, alpha=-inv, beta=inv)
+                formed = True
+            elif x is not None:
+                whole = self._A.project(x)
 
         def run(s: slice) -> None:
-            part, tmp = a[s], scratch[s]
-            if stored is not None:
-                row, g = stored
-                if g is not None:
-                    np.subtract(part, g[s], out=part)
+            size = s.stop - s.start
+            # the chunk's temporaries are the thread's own (in cache, never written back to an [n] array);
+            # float32 factor: ``a`` (the float64 work row) is only read, the row goes to A rounded
+            tmp = _chunk_buffer("tmp", np.dtype(np.float64), size)
+            part = a[s] if row is None else _chunk_buffer("row", np.dtype(np.float64), size)
+            if row is not None:
+                part[...] = a[s]
+            if finish is not None:
+                _finish(part, *finish)
+            if whole is not None:
+                np.subtract(part, whole[s], out=part)
+            elif x is not None and not formed:
+                g = _chunk_buffer("g", dtype, size)
+                self._A.project_columns(x, s, g, _chunk_buffer("g_block", dtype, size))
+                np.subtract(part, g, out=part)
+            if row is not None:
                 np.multiply(part, inv, out=row[s], casting="same_kind")  # in float64, stored rounded
                 part[...] = row[s]
+            elif not formed:
+                np.multiply(part, inv, out=part)
             np.multiply(part, w, out=tmp)
             np.add(p[s], tmp, out=p[s])
             if empirical:
@@ -326,7 +392,7 @@ class GaussianProcess:
             if ucb is not None:
                 self._ucb_slice(s, ucb[0], ucb[1], self._ucb)
 
-        split(run, self.n, chunk=CHUNK)
+        split(run, self.n, chunk=CHUNK, blas=x is not None and not formed and whole is None)
 
     # -- the float32 factor's error -----------------------------------------------------------------------
     def _row_error_bound(self, lvec: FloatArray, l_tt: float) -> float:

@@ -6,6 +6,13 @@ function on contiguous slices of ``range(n)`` in a small thread pool: numpy rele
 element-wise loops, so the slices run in parallel, and element-wise results are bit-for-bit those of one
 pass over the whole array.
 
+A pass whose slices call BLAS themselves (``split(..., blas=True)``: the GP step's ``x^T A`` on the
+chunk it is working on) runs with BLAS limited to one thread: OpenBLAS called from two threads at once,
+each call asking for every core, is slower than one thread per call (measured: the GP step's pass at 1.5x
+its time). The limit is process-wide (OpenBLAS has one thread count) and counted: the first of concurrent
+passes lowers it, the last one out restores it; a BLAS call elsewhere in the process meanwhile runs on one
+thread, which changes its speed, never its result.
+
 The pool belongs to the process that made it: a server that forks workers gets a new pool in each child (a
 thread pool does not survive ``fork``).
 """
@@ -13,14 +20,17 @@ thread pool does not survive ``fork``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import ThreadpoolController
 
-__all__ = ["CHUNK", "argmax", "split", "threads"]
+__all__ = ["CHUNK", "argmax", "in_parallel", "one_blas_thread", "split", "threads"]
 
 #: Below this many elements one thread is faster than handing slices to the pool.
 MIN_PARALLEL = 200_000
@@ -32,6 +42,11 @@ CHUNK = 65_536
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
+
+_blas_lock = threading.Lock()
+_blas_passes = 0  # passes inside one_blas_thread() now
+_blas_restore: Any = None  # threadpoolctl's limiter of the first of them
+_controller: ThreadpoolController | None = None
 
 
 def threads() -> int:
@@ -51,6 +66,11 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
+def in_parallel(n: int) -> bool:
+    """Whether ``split`` over n runs more than one slice."""
+    return len(_slices(n)) > 1
+
+
 def _slices(n: int) -> list[slice]:
     parts = threads() if n >= MIN_PARALLEL else 1
     bounds = [n * k // parts for k in range(parts + 1)]
@@ -65,20 +85,55 @@ def _in_chunks(fn: Callable[[slice], None], chunk: int) -> Callable[[slice], Non
     return run
 
 
-def split(fn: Callable[[slice], None], n: int, *, chunk: int | None = None) -> None:
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS limited to one thread while the block runs (process-wide, counted across threads: see the module
+    docstring)."""
+    global _blas_passes, _blas_restore, _controller
+    with _blas_lock:
+        if _blas_passes == 0:
+            if _controller is None:
+                _controller = ThreadpoolController()  # the BLAS libraries loaded by now (numpy's, scipy's)
+            _blas_restore = _controller.limit(limits=1, user_api="blas")
+        _blas_passes += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_passes -= 1
+            if _blas_passes == 0:
+                _blas_restore.restore_original_limits()
+                _blas_restore = None
+
+
+def split(fn: Callable[[slice], None], n: int, *, chunk: int | None = None, blas: bool = False) -> None:
     """Call ``fn(s)`` for contiguous slices ``s`` covering ``range(n)``, in parallel when n is large; returns
     when every slice is done (and re-raises the first error). With ``chunk``, each thread calls ``fn`` on
     consecutive pieces of its slice of at most ``chunk`` elements: a function running several passes then
-    runs them on data still in cache."""
+    runs them on data still in cache. ``blas``: ``fn`` calls BLAS, which then runs on one thread while the
+    slices run in parallel (``one_blas_thread``)."""
     slices = _slices(n)
     run = fn if chunk is None else _in_chunks(fn, int(chunk))
     if len(slices) == 1:
         run(slices[0])
         return
+    if blas:
+        with one_blas_thread():
+            _run_parallel(run, slices)
+    else:
+        _run_parallel(run, slices)
+
+
+def _run_parallel(run: Callable[[slice], None], slices: list[slice]) -> None:
+    """Slice 0 here, the others in the pool; every slice has finished when this returns or raises."""
     futures = [_executor().submit(run, s) for s in slices[1:]]
-    run(slices[0])
-    for future in futures:
-        future.result()
+    try:
+        run(slices[0])
+    finally:
+        errors = [f.exception() for f in futures]  # waits for each
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def argmax(x: npt.NDArray[Any]) -> int:

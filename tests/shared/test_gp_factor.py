@@ -25,13 +25,78 @@ def _filled(n: int, t: int, **options: object) -> tuple[FactorRows, np.ndarray]:
 @pytest.mark.parametrize("t", [0, 1, 3, 7])
 def test_blocked_products_equal_the_dense_ones(t: int) -> None:
     rows, A = _filled(50, t)
-    x, y0 = np.random.default_rng(2).standard_normal(t), np.random.default_rng(3).standard_normal(50)
+    x = np.random.default_rng(2).standard_normal(t)
+    out, tmp = np.full(50, np.nan), np.empty(50)
+    for s in (slice(0, 50), slice(7, 31)):  # the whole row, and a chunk of columns
+        rows.project_columns(x, s, out[s], tmp[s])
+        np.testing.assert_allclose(out[s], x @ A[:, s], rtol=1e-13, atol=1e-13)
+    g = rows.project(x)
+    assert g is None if t == 0 else np.allclose(g, x @ A, rtol=1e-13, atol=1e-13)
+    y0 = np.random.default_rng(3).standard_normal(50)
     y = y0.copy()
     rows.gemv_into(x, y, alpha=-0.5, beta=2.0)
     np.testing.assert_allclose(y, 2.0 * y0 - 0.5 * (x @ A), rtol=1e-13, atol=1e-13)
     idx = np.array([4, 0, 49])
     np.testing.assert_array_equal(rows.columns(idx), A[:, idx])
     np.testing.assert_allclose(rows.gram_rows(idx), A[:, idx].T @ A, atol=1e-12)
+
+
+def test_a_float32_factor_projects_in_single_precision() -> None:
+    A = np.random.default_rng(5).standard_normal((7, 40)).astype(np.float32)
+    rows = FactorRows(40, block_rows=3, dtype=np.float32)
+    for row in A:
+        rows.next_row()[:] = row
+        rows.commit()
+    x = np.random.default_rng(6).standard_normal(7).astype(np.float32)
+    out, tmp = np.empty(40, dtype=np.float32), np.empty(40, dtype=np.float32)
+    rows.project_columns(x, slice(3, 40), out[3:], tmp[3:])
+    exact = x.astype(np.float64) @ A[:, 3:].astype(np.float64)
+    # float32 sums of 7 terms: within gamma_7 sum |x_i| |A_i| of the exact products (the GP's error bound)
+    gamma = 7 * 2.0**-24 / (1 - 7 * 2.0**-24)
+    slack = gamma * (np.abs(x).astype(np.float64) @ np.abs(A[:, 3:]).astype(np.float64)) + 2.0**-24 * np.abs(
+        exact
+    )
+    assert (np.abs(out[3:] - exact) <= slack).all()
+
+
+def test_one_blas_thread_is_counted_across_concurrent_passes() -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from shared.bo import parallel
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):  # whatever the suite's environment set
+        assert blas_threads() == {2}
+        with parallel.one_blas_thread():
+            with parallel.one_blas_thread():  # a second pass (another thread's, in a service) starts
+                assert blas_threads() == {1}
+            assert blas_threads() == {1}  # the first is still running
+        assert blas_threads() == {2}  # the last one out restores the count
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_step_split_across_threads_is_the_batch_posterior(
+    dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above MIN_PARALLEL the step's pass runs in three slices, each calling BLAS on its chunks of A."""
+    from shared.bo import parallel
+
+    monkeypatch.setattr(parallel, "threads", lambda: 3)
+    n = MIN_PARALLEL + 11
+    Z = np.random.default_rng(8).standard_normal((n, 3))
+    gp = GaussianProcess(Z, HP, prior_mean="empirical", factor_dtype=dtype)  # type: ignore[arg-type]
+    rng = np.random.default_rng(9)
+    for i in rng.choice(n, 40, replace=False):  # two blocks of A and a part of a third
+        gp.add(int(i), float(rng.standard_normal()), ucb_scale=2.0)
+    ucb = gp.ucb_values(2.0).copy()
+    batch = GaussianProcess(Z, HP, prior_mean="empirical")
+    batch._rebuild(gp.indices, gp.y)  # GPML Alg. 2.1 in one batch, float64
+    mean_bound, var_bound = gp.float32_bounds()
+    np.testing.assert_allclose(gp.mean(), batch.mean(), rtol=0, atol=1e-9 + mean_bound)
+    np.testing.assert_allclose(gp.variance(), batch.variance(), rtol=0, atol=1e-9 + var_bound)
+    np.testing.assert_allclose(ucb, batch.mean() + 2.0 * batch.std(), rtol=0, atol=1e-6 + gp.ucb_bound(2.0))
 
 
 def test_rows_are_written_once_and_blocks_are_reused() -> None:
