@@ -245,28 +245,32 @@ class GaussianProcess:
         """The stored factor A [t, n] (row blocks; see ``shared.bo.factor``)."""
         return self._A
 
-    def _kernel_row_into(self, j: int, out: FloatArray, *, finish: bool = True) -> tuple[float, float] | None:
-        """``out <- k(Z_j, Z)`` [n]: one dgemv over ``[Z/l; -|Z/l|^2/2]`` gives ``z_i.z_j - |z_i|^2/2``;
-        adding ``ln s2 - |z_j|^2/2`` makes it ``ln s2 - |z_i - z_j|^2/2``, clamped at ``ln s2`` (a distance
-        is >= 0) and exponentiated (``_finish``), in one pass split across the cores. With ``finish=False``
-        the pass is left to the caller: ``out`` holds the dgemv's values and the result is ``_finish``'s
-        ``(shift, ln s2)``. A subclass that overrides ``kernel_row`` (another kernel) is copied in instead
-        (result None: ``out`` holds the kernel values)."""
+    def _kernel_factors(self, j: int) -> tuple[FloatArray, float, float] | None:
+        """``(x, shift, ln s2)`` with which ``k(Z_j, Z)`` is ``_finish(x^T [Z/l; -|Z/l|^2/2], shift, ln s2)``:
+        x = [z_j/l; 1] makes the product ``z_i.z_j - |z_i|^2/2``, and adding ``shift = ln s2 - |z_j|^2/2``
+        makes it ``ln s2 - |z_i - z_j|^2/2``. None when a subclass overrides ``kernel_row`` (another
+        kernel)."""
         if type(self).kernel_row is not GaussianProcess.kernel_row:
-            out[:] = self.kernel_row(j)
             return None
-        from scipy.linalg.blas import dgemv
-
         r = self._ST.shape[0] - 1
         x = np.empty(r + 1)
         x[:r], x[r] = self._ST[:r, j], 1.0
-        dgemv(1.0, self._ST.T, x, beta=0.0, y=out, overwrite_y=1)  # -|z_i|^2/2 + z_i . z_j
         log_s2 = math.log(self.hp.signal_variance)
-        params = (float(self._ST[r, j]) + log_s2, log_s2)
-        if not finish:
-            return params
-        split(lambda s: _finish(out[s], *params), self.n, chunk=CHUNK)
-        return None
+        return x, float(self._ST[r, j]) + log_s2, log_s2
+
+    def _kernel_row_into(self, j: int, out: FloatArray) -> None:
+        """``out <- k(Z_j, Z)`` [n] (``_kernel_factors``): one dgemv over ``[Z/l; -|Z/l|^2/2]``, then the
+        clamp at ``ln s2`` (a distance is >= 0) and the exponential in one pass split across the cores. A
+        subclass that overrides ``kernel_row`` (another kernel) is copied in instead."""
+        factors = self._kernel_factors(j)
+        if factors is None:
+            out[:] = self.kernel_row(j)
+            return
+        from scipy.linalg.blas import dgemv
+
+        x, shift, log_s2 = factors
+        dgemv(1.0, self._ST.T, x, beta=0.0, y=out, overwrite_y=1)
+        split(lambda s: _finish(out[s], shift, log_s2), self.n, chunk=CHUNK)
 
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
@@ -304,10 +308,14 @@ class GaussianProcess:
         # of A (in A's next row, or in float64 beside a float32 factor, then stored rounded and read back so
         # that p and the variance follow the stored A)
         a = self._A.next_row() if self._row is None else self._row
-        finish = self._kernel_row_into(j, a, finish=False)
-        k_old = a[self._idx[:t]]  # k(Z_I, Z_j) [t] (a copy): the same element-wise steps as the pass
-        if finish is not None:
-            _finish(k_old, *finish)
+        factors = self._kernel_factors(j)
+        idx = self._idx[:t]
+        if factors is None:  # another kernel: its row, whole
+            a[:] = self.kernel_row(j)
+            k_old = a[idx]
+        else:  # k(Z_I, Z_j) [t] from the same product and element-wise steps as the pass's
+            k_old = factors[0] @ self._ST[:, idx]
+            _finish(k_old, *factors[1:])
         L = self._L[:t, :t]
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
         d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
@@ -321,7 +329,7 @@ class GaussianProcess:
             self._err[t] = self._row_error_bound(lvec, l_tt)
         m = float(self._y[: t + 1].mean()) if self.prior_mean == "empirical" else 0.0  # self.m at t + 1
         ucb = None if ucb_scale is None else (float(ucb_scale), m)
-        self._update(a, finish, lvec, (w, u, 1.0 / l_tt), ucb)
+        self._update(a, factors, lvec, (w, u, 1.0 / l_tt), ucb)
         self._A.commit()
         self.t = t + 1
         self._ucb_for = None if ucb_scale is None else (self.t, float(ucb_scale))
@@ -329,33 +337,37 @@ class GaussianProcess:
     def _update(
         self,
         a: FloatArray,
-        finish: tuple[float, float] | None,
+        kernel: tuple[FloatArray, float, float] | None,
         lvec: FloatArray,
         coefficients: tuple[float, float, float],
         ucb: tuple[float, float] | None,
     ) -> None:
-        """The step's one chunked pass over n, split across the cores: on each chunk, the kernel row's
-        ``_finish`` (``finish`` given), ``g = l^T A`` over the chunk's columns (one BLAS gemv per block of
-        A, in the factor's precision: A is read once, the chunk's g used while in cache), the new row
-        ``a <- (a - g) inv`` (float32 factor: stored rounded in A's next row and read back), ``p += w a``,
-        ``q += u a`` (empirical prior mean only), ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition
-        ``mean + c std`` into ``_ucb``."""
+        """The step's one chunked pass over n, split across the cores: on each chunk, the kernel row
+        (``kernel``: ``_kernel_factors``' product over the chunk's candidates and ``_finish``; None: ``a``
+        holds it already), ``g = l^T A`` over the chunk's columns (one BLAS gemv per block of A, in the
+        factor's precision: A is read once, the chunk's g used while in cache), the new row ``a <- (k - g)
+        inv`` (float32 factor: stored rounded in A's next row and read back), ``p += w a``, ``q += u a``
+        (empirical prior mean only), ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition ``mean + c
+        std`` into ``_ucb``. Below MIN_PARALLEL (one slice) the two products run over all n first."""
         w, u, inv = coefficients
-        p, q, var = self._p, self._q, self._var
+        p, q, var, ST = self._p, self._q, self._var, self._ST
         empirical = self.prior_mean == "empirical"
         row = None if self._row is None else self._A.next_row()
         x = lvec.astype(self._A.dtype) if lvec.size else None
         dtype = self._A.dtype
         whole, formed = None, False
         if not in_parallel(self.n):
-            # One slice (below MIN_PARALLEL): l^T A in one BLAS call per block over all n first, so BLAS
-            # keeps its threads busy (called chunk by chunk they sleep between the calls: measured, the
-            # n = 100 000 loop 1.15x slower). A float64 factor's row is formed in BLAS, as ``y <- beta y +
-            # alpha x^T A`` with the kernel values finished first (that loop 1.04x faster than in the pass).
+            # One slice: the kernel row's dgemv and l^T A each in one BLAS call per array over all n first,
+            # so BLAS keeps its threads busy (called chunk by chunk they sleep between the calls: measured,
+            # the n = 100 000 loop 1.15x slower). A float64 factor's row is formed in BLAS, as ``y <- beta y
+            # + alpha x^T A`` with the kernel values finished first (that loop 1.04x faster than in the pass).
+            if kernel is not None:
+                from scipy.linalg.blas import dgemv
+
+                dgemv(1.0, ST.T, kernel[0], beta=0.0, y=a, overwrite_y=1)
+                _finish(a, kernel[1], kernel[2])
+                kernel = None
             if row is None:
-                if finish is not None:
-                    _finish(a, *finish)
-                    finish = None
                 self._A.gemv_into(lvec, a, alpha=-inv, beta=inv)
                 formed = True
             elif x is not None:
@@ -367,10 +379,11 @@ class GaussianProcess:
             # float32 factor: ``a`` (the float64 work row) is only read, the row goes to A rounded
             tmp = _chunk_buffer("tmp", np.dtype(np.float64), size)
             part = a[s] if row is None else _chunk_buffer("row", np.dtype(np.float64), size)
-            if row is not None:
+            if kernel is not None:
+                np.matmul(kernel[0], ST[:, s], out=part)
+                _finish(part, kernel[1], kernel[2])
+            elif row is not None:
                 part[...] = a[s]
-            if finish is not None:
-                _finish(part, *finish)
             if whole is not None:
                 np.subtract(part, whole[s], out=part)
             elif x is not None and not formed:
@@ -392,7 +405,7 @@ class GaussianProcess:
             if ucb is not None:
                 self._ucb_slice(s, ucb[0], ucb[1], self._ucb)
 
-        split(run, self.n, chunk=CHUNK, blas=x is not None and not formed and whole is None)
+        split(run, self.n, chunk=CHUNK, blas=True)
 
     # -- the float32 factor's error -----------------------------------------------------------------------
     def _row_error_bound(self, lvec: FloatArray, l_tt: float) -> float:

@@ -76,17 +76,26 @@ def test_one_blas_thread_is_counted_across_concurrent_passes() -> None:
         assert blas_threads() == {2}  # the last one out restores the count
 
 
+class _OwnKernelRow(GaussianProcess):
+    """A GP whose kernel row comes from ``kernel_row`` (as another kernel's would): the same values."""
+
+    def kernel_row(self, j: int) -> np.ndarray:
+        return se_kernel(self.Z[j : j + 1], self.Z, self.hp)[0]
+
+
+@pytest.mark.parametrize("own_kernel_row", [False, True])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_the_step_split_across_threads_is_the_batch_posterior(
-    dtype: str, monkeypatch: pytest.MonkeyPatch
+    dtype: str, own_kernel_row: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Above MIN_PARALLEL the step's pass runs in three slices, each calling BLAS on its chunks of A."""
+    """Above MIN_PARALLEL the step's pass runs in three slices, each calling BLAS on its chunks of Z and A."""
     from shared.bo import parallel
 
     monkeypatch.setattr(parallel, "threads", lambda: 3)
     n = MIN_PARALLEL + 11
     Z = np.random.default_rng(8).standard_normal((n, 3))
-    gp = GaussianProcess(Z, HP, prior_mean="empirical", factor_dtype=dtype)  # type: ignore[arg-type]
+    kind = _OwnKernelRow if own_kernel_row else GaussianProcess
+    gp = kind(Z, HP, prior_mean="empirical", factor_dtype=dtype)  # type: ignore[arg-type]
     rng = np.random.default_rng(9)
     for i in rng.choice(n, 40, replace=False):  # two blocks of A and a part of a third
         gp.add(int(i), float(rng.standard_normal()), ucb_scale=2.0)
