@@ -110,7 +110,7 @@ def _chunk_buffer(name: str, dtype: np.dtype[Any], size: int) -> npt.NDArray[Any
         buffers = _chunks.buffers = {}
     buf = buffers.get(key)
     if buf is None or buf.size < size:
-        buf = buffers[key] = np.empty(max(size, CHUNK), dtype=dtype)
+        buf = buffers[key] = np.empty(size, dtype=dtype)
     out: npt.NDArray[Any] = buf[:size]
     return out
 
