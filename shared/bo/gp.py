@@ -23,18 +23,18 @@ hyper-parameters rebuilds the factorisation from scratch (O(n t r + n t^2)), on 
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy.linalg import solve_triangular
 
 from shared.bo.factor import SPARE_MIN_BYTES, FactorRows, give_back, take_spare
-from shared.bo.parallel import CHUNK, in_parallel, split
+from shared.bo.float32_bounds import F32_UNIT, Float32Bounds
+from shared.bo.parallel import CHUNK, chunk_buffer, in_parallel, split
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -46,9 +46,6 @@ DEFAULT_JITTER = 1e-10
 
 #: Rows of Z transposed at a time into ``[Z/l; ...]`` (15 float64 columns: 240 KB, within a core's L2).
 TILE = 2048
-
-#: float32's unit roundoff (a float32 factor's error bounds, ``GaussianProcess.float32_bounds``).
-F32_UNIT = 2.0**-24
 
 
 @dataclass(frozen=True)
@@ -98,23 +95,6 @@ def _finish(part: FloatArray, shift: float, log_s2: float) -> None:
     np.exp(part, out=part)
 
 
-_chunks = threading.local()
-
-
-def _chunk_buffer(name: str, dtype: np.dtype[Any], size: int) -> npt.NDArray[Any]:
-    """A [size] array (size <= CHUNK) of the calling thread's own, kept for its next chunk: a pass's
-    temporaries then stay in the core's cache instead of being written back to an [n] array."""
-    key = (name, dtype.char)
-    buffers = getattr(_chunks, "buffers", None)
-    if buffers is None:
-        buffers = _chunks.buffers = {}
-    buf = buffers.get(key)
-    if buf is None or buf.size < size:
-        buf = buffers[key] = np.empty(size, dtype=dtype)
-    out: npt.NDArray[Any] = buf[:size]
-    return out
-
-
 def median_distance(Z: FloatArray, max_points: int = 1000) -> float:
     """Median pairwise Euclidean distance of (an evenly spaced subsample of) the rows of Z."""
     n = Z.shape[0]
@@ -135,7 +115,7 @@ def _work_array(shape: tuple[int, int]) -> FloatArray:
     return out
 
 
-class GaussianProcess:
+class GaussianProcess(Float32Bounds):
     """GP posterior over the fixed candidates Z, grown one observation at a time in O(n (t + r)).
 
     ``prior_mean`` is ``"zero"`` (m = 0, scikit-learn's default) or ``"empirical"`` (m = mean of the observed
@@ -377,8 +357,8 @@ class GaussianProcess:
             size = s.stop - s.start
             # the chunk's temporaries are the thread's own (in cache, never written back to an [n] array);
             # float32 factor: ``a`` (the float64 work row) is only read, the row goes to A rounded
-            tmp = _chunk_buffer("tmp", np.dtype(np.float64), size)
-            part = a[s] if row is None else _chunk_buffer("row", np.dtype(np.float64), size)
+            tmp = chunk_buffer("tmp", np.dtype(np.float64), size)
+            part = a[s] if row is None else chunk_buffer("row", np.dtype(np.float64), size)
             if kernel is not None:
                 np.matmul(kernel[0], ST[:, s], out=part)
                 _finish(part, kernel[1], kernel[2])
@@ -387,8 +367,8 @@ class GaussianProcess:
             if whole is not None:
                 np.subtract(part, whole[s], out=part)
             elif x is not None and not formed:
-                g = _chunk_buffer("g", dtype, size)
-                self._A.project_columns(x, s, g, _chunk_buffer("g_block", dtype, size))
+                g = chunk_buffer("g", dtype, size)
+                self._A.project_columns(x, s, g, chunk_buffer("g_block", dtype, size))
                 np.subtract(part, g, out=part)
             if row is not None:
                 np.multiply(part, inv, out=row[s], casting="same_kind")  # in float64, stored rounded
@@ -406,50 +386,6 @@ class GaussianProcess:
                 self._ucb_slice(s, ucb[0], ucb[1], self._ucb)
 
         split(run, self.n, chunk=CHUNK, blas=True)
-
-    # -- the float32 factor's error -----------------------------------------------------------------------
-    def _row_error_bound(self, lvec: FloatArray, l_tt: float) -> float:
-        """A bound on ``max_j |stored row t - float64 row t|`` (``float32_bounds``): the error the rows read
-        carry, amplified by ``|l| / l_tt``, plus sgemv's float32 sum and the rounding of l and of the row."""
-        t = lvec.size
-        s = math.sqrt(self.hp.signal_variance)
-        gamma = t * F32_UNIT / (1.0 - t * F32_UNIT)
-        kappa = F32_UNIT + gamma * (1.0 + F32_UNIT)
-        abs_l = np.abs(lvec)
-        before = ((1.0 + kappa) * float(abs_l @ self._err[:t]) + kappa * s * float(abs_l.sum())) / l_tt
-        return before + F32_UNIT * (s + before)
-
-    def float32_bounds(self) -> tuple[float, float]:
-        """Bounds on how far a float32 factor moves the posterior from the float64 GP with the same
-        observations: ``(max |mean difference|, max |variance difference|)`` over every candidate; (0, 0)
-        for a float64 factor. First order in float64's unit roundoff (the float64 GP's own rounding is
-        neglected beside float32's 2^-24).
-
-        Derivation (u = 2^-24, s2 the signal variance): L, l, l_tt, w and u come from kernel values alone and
-        are the same in both GPs; only the rows of A differ. Row t is ``(k - l^T A) / l_tt``; with A's rows
-        off by at most e_i, l rounded to float32, sgemv's sum off by at most gamma_t sum |l_i| |A_i|
-        (gamma_t = t u / (1 - t u), any summation order) and |A_i| <= s (sum_i A_i^2 = s2 - var <= s2), then
-        rounded to float32: e_t <= e' + u (s + e') with e' = ((1 + kappa) sum |l_i| e_i + kappa s sum |l_i|)
-        / l_tt, kappa = u + gamma_t (1 + u). The mean is ``m + sum_i (w_i - m u_i) A_i``, so it moves by at
-        most ``sum_i (|w_i| + |m| |u_i|) e_i``; the variance ``s2 - sum_i A_i^2`` by at most
-        ``2 s |e| + |e|^2`` (Cauchy-Schwarz: sum_i e_i |A_i| <= |e| s). ``ucb_bound`` turns them into a bound
-        on GP-UCB's acquisition."""
-        if self.factor_dtype != "float32" or self.t == 0:
-            return 0.0, 0.0
-        t, err = self.t, self._err[: self.t]
-        mean = float(np.abs(self._w[:t]) @ err) + abs(self.m) * float(np.abs(self._u[:t]) @ err)
-        norm = float(np.linalg.norm(err))
-        return mean, 2.0 * math.sqrt(self.hp.signal_variance) * norm + norm * norm
-
-    def ucb_bound(self, c: float, std: float | None = None) -> float:
-        """A bound on ``|mean + c std - (the float64 GP's mean + c std)|`` (``float32_bounds``): over every
-        candidate, or at a candidate whose (float32) std is ``std``, where ``|sqrt(a) - sqrt(b)| <=
-        |a - b| / sqrt(b)`` sharpens the uniform ``sqrt(|a - b|)``."""
-        mean, var = self.float32_bounds()
-        spread = math.sqrt(var)
-        if std is not None and std > 0:
-            spread = min(spread, var / std)
-        return mean + float(c) * spread
 
     def refit(self, hyperparameters: Hyperparameters) -> None:
         """Replace the hyper-parameters and rebuild the posterior from the stored observations."""

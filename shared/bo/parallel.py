@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["CHUNK", "argmax", "in_parallel", "one_blas_thread", "split", "threads"]
+__all__ = ["CHUNK", "argmax", "chunk_buffer", "in_parallel", "one_blas_thread", "split", "threads"]
 
 #: Below this many elements one thread is faster than handing slices to the pool.
 MIN_PARALLEL = 200_000
@@ -64,6 +64,24 @@ def _executor() -> ThreadPoolExecutor:
         _pool = ThreadPoolExecutor(max_workers=max(1, threads() - 1), thread_name_prefix="pobo-split")
         _pool_pid = os.getpid()
     return _pool
+
+
+_chunks = threading.local()  # chunk_buffer()'s arrays, per thread
+
+
+def chunk_buffer(name: str, dtype: np.dtype[Any], size: int) -> npt.NDArray[Any]:
+    """A [size] array of the calling thread's own under ``name``, kept for its next chunk (a pass's function
+    under ``split(..., chunk=...)``): the pass's temporaries then stay in the core's cache instead of being
+    written back to an [n] array. Its contents are stale."""
+    key = (name, dtype.char)
+    buffers = getattr(_chunks, "buffers", None)
+    if buffers is None:
+        buffers = _chunks.buffers = {}
+    buf = buffers.get(key)
+    if buf is None or buf.size < size:
+        buf = buffers[key] = np.empty(size, dtype=dtype)
+    out: npt.NDArray[Any] = buf[:size]
+    return out
 
 
 def in_parallel(n: int) -> bool:
