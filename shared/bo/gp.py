@@ -239,13 +239,17 @@ class GaussianProcess(Float32Bounds):
         return x, float(self._ST[r, j]) + log_s2, log_s2
 
     def _kernel_row_into(self, j: int, out: FloatArray) -> None:
-        """``out <- k(Z_j, Z)`` [n] (``_kernel_factors``): one dgemv over ``[Z/l; -|Z/l|^2/2]``, then the
-        clamp at ``ln s2`` (a distance is >= 0) and the exponential in one pass split across the cores. A
-        subclass that overrides ``kernel_row`` (another kernel) is copied in instead."""
+        """``out <- k(Z_j, Z)`` [n] (``_kernel_factors``, ``_kernel_row_whole``). A subclass that overrides
+        ``kernel_row`` (another kernel) is copied in instead."""
         factors = self._kernel_factors(j)
         if factors is None:
             out[:] = self.kernel_row(j)
-            return
+        else:
+            self._kernel_row_whole(factors, out)
+
+    def _kernel_row_whole(self, factors: tuple[FloatArray, float, float], out: FloatArray) -> None:
+        """The kernel row over all n: one dgemv over ``[Z/l; -|Z/l|^2/2]``, then the clamp at ``ln s2`` (a
+        distance is >= 0) and the exponential in one pass split across the cores."""
         from scipy.linalg.blas import dgemv
 
         x, shift, log_s2 = factors
@@ -271,11 +275,11 @@ class GaussianProcess(Float32Bounds):
     def add(self, index: int, y: float, *, ucb_scale: float | None = None) -> None:
         """Condition on y = f(Z_index) + noise: one rank-one growth of L and A, O(n (t + r)).
 
-        The new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` is built in place in A's next row: the kernel row's
-        dgemv over Z, then one pass over n, chunk by chunk (``_update``), that finishes the kernel values,
-        forms ``l^T A`` on the chunk (A is read once), and updates p, q and the variance from the new row.
-        With ``ucb_scale`` c, the same pass also writes ``mean + c std`` of the updated posterior, which
-        ``ucb_values(c)`` then returns without another pass (GP-UCB's next acquisition)."""
+        The new row ``a = (k(Z_j, Z) - l^T A) / l_tt`` is built in place in A's next row by one pass over n,
+        chunk by chunk (``_update``): the kernel row and ``l^T A`` on the chunk (Z and A are read once),
+        the new row, and p, q and the variance updated from it. With ``ucb_scale`` c, the same pass also
+        writes ``mean + c std`` of the updated posterior, which ``ucb_values(c)`` then returns without
+        another pass (GP-UCB's next acquisition)."""
         j = int(index)
         if not 0 <= j < self.n:
             raise InputDataError(f"index must be in [0, {self.n - 1}], got {index}")
@@ -284,9 +288,8 @@ class GaussianProcess(Float32Bounds):
         if self.t == self._idx.size:
             self._grow()
         t = self.t
-        # [n], filled in place: the kernel row's dgemv, then (in ``_update``'s pass) k(Z_j, Z) and the new row
-        # of A (in A's next row, or in float64 beside a float32 factor, then stored rounded and read back so
-        # that p and the variance follow the stored A)
+        # [n]: A's next row, or the float64 work row beside a float32 factor (the new row is then stored
+        # rounded and read back, so that p and the variance follow the stored A)
         a = self._A.next_row() if self._row is None else self._row
         factors = self._kernel_factors(j)
         idx = self._idx[:t]
@@ -342,10 +345,7 @@ class GaussianProcess(Float32Bounds):
             # the n = 100 000 loop 1.15x slower). A float64 factor's row is formed in BLAS, as ``y <- beta y
             # + alpha x^T A`` with the kernel values finished first (that loop 1.04x faster than in the pass).
             if kernel is not None:
-                from scipy.linalg.blas import dgemv
-
-                dgemv(1.0, ST.T, kernel[0], beta=0.0, y=a, overwrite_y=1)
-                _finish(a, kernel[1], kernel[2])
+                self._kernel_row_whole(kernel, a)
                 kernel = None
             if row is None:
                 self._A.gemv_into(lvec, a, alpha=-inv, beta=inv)
