@@ -122,9 +122,9 @@ class FactorRows:
     ) -> None:
         self.n = int(n)
         self.dtype = np.dtype(dtype)
-        self._g: Any = None  # project()'s result buffer
         if self.dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise ValueError(f"the factor is float64 or float32, not {self.dtype}")
+        self._g: Any = None  # project()'s result buffer
         self.block_rows = int(block_rows)
         self.spill = spill
         self.spill_directory = Path(spill_directory) if spill_directory is not None else None
@@ -204,7 +204,7 @@ class FactorRows:
             self.next_row()[:] = row
             self.commit()
 
-    # -- products ---------------------------------------------------------------------------------------
+    # -- products --------------------------------------------------------------------------------------
     def project_columns(
         self, x: npt.NDArray[Any], s: slice, out: npt.NDArray[Any], tmp: npt.NDArray[Any]
     ) -> None:
