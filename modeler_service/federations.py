@@ -51,11 +51,10 @@ from modeler_service.federation_schemas import (
     SubmissionAccepted,
 )
 from modeler_service.models import Federation, FederationAgent, FederationRound, FederationSubmission, utcnow
-from shared.federated.coordinator import NoiseFn, TemperatureSchedule, aggregate_round, poisson_sample
+from shared.federated.coordinator import TemperatureSchedule, aggregate_round, poisson_sample
 from shared.federated.privacy import federated_epsilon, federated_epsilon_replace_one
 from shared.federated.regions import round_robin, split_box
 from shared.federated.rff import draw_rff
-from shared.privacy.gdp import gaussian_noise
 from shared.privacy.rng import os_entropy_rng
 
 log = logging.getLogger("pobo.modeler.federations")
@@ -359,7 +358,6 @@ def close_round(
     number: int,
     *,
     now: datetime | None = None,
-    noise: NoiseFn = gaussian_noise,
     rng: np.random.Generator | None = None,
 ) -> bool:
     """Close round ``number`` if it is open and past its deadline (at ``now``); True if this call closed it.
@@ -395,7 +393,8 @@ def close_round(
         N = len(agents)
         position = {a.id: int(a.position or 0) for a in agents}
         submitted = {position[s.agent_id]: s.omega for s in repo.submissions(session, rnd.id)}
-        sampled = poisson_sample(N, q, rng=rng or os_entropy_rng())
+        rng = rng if rng is not None else os_entropy_rng()  # the sample and the noise: AES-CTR, OS-keyed
+        sampled = poisson_sample(N, q, rng=rng)
         schedule = TemperatureSchedule.from_public(params["temperature"])
         aggregates = aggregate_round(
             N,
@@ -407,7 +406,7 @@ def close_round(
             q=q,
             z=z,
             temperature=schedule.temperature(number),
-            noise=noise,
+            rng=rng,
             assignment=np.asarray([int(a.region or 0) for a in agents], dtype=np.int64),
         )
         rnd.status, rnd.closed_at = "closed", closed_at

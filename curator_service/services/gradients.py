@@ -18,7 +18,8 @@ What keeps the guarantee here (each point is a test in tests/curator_service/tes
 * a step reads, computes and records under the oracle's row lock, so the step counter is exact under
   concurrency; a replay of an Idempotency-Key returns the stored gradient; the answer is
   ``{step, gradient, steps_left}`` only;
-* the noise is OpenDP's vector Gaussian sampler, seeded by the OS.
+* the noise is added exactly (the clean average snapped to a public lattice, integer noise:
+  ``shared.privacy.lattice``), drawn from a fresh AES-CTR generator keyed from the OS.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ from shared.bo.gibo.oracle import (
     oracle_gradient,
     plugin_loss_matrix,
 )
+from shared.bo.gibo.private_gradient import noise_std
 from shared.errors import InputDataError
-from shared.privacy.gdp import gaussian_noise, gdp_epsilon, gibo_noise_std
+from shared.privacy.gdp import gdp_epsilon
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import GradientOracleCreate, GradientOraclePublic, GradientStepCreate
 from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
@@ -309,7 +311,7 @@ def oracle_public(o: GradientOracle) -> GradientOraclePublic:
         delta=o.delta,
         mu_spent=o.mu * math.sqrt(o.steps_used / o.steps),
         n=o.n,
-        noise_std=gibo_noise_std(o.clip, o.n, o.mu, o.steps),
+        noise_std=noise_std(o.clip, o.steps, o.n, o.mu, o.dimension),
         intercept=bool(params.get("intercept")),
         delta_huber=params.get("delta_huber"),
         weight_clip=params.get("weight_clip"),
@@ -400,7 +402,6 @@ def step(
             clip=oracle.clip,
             steps=oracle.steps,
             mu=oracle.mu,
-            noise=gaussian_noise,
             noise_var=body.noise_var,
             jitter=body.jitter,
         )

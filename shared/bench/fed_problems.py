@@ -35,6 +35,7 @@ from shared.federated import (
     RFFPosterior,
     TemperatureSchedule,
     aggregate_round,
+    clean_aggregate,
     initial_points,
     p_t,
     poisson_sample,
@@ -195,15 +196,8 @@ def simulate(
 
     if cfg.dp:
         q, z, S = float(cfg.q or 1.0), float(cfg.z or 1.0), float(cfg.S or 1.0)
-
-        def noise(std: float, k: int) -> FloatArray:
-            return std * rng.standard_normal(k)
-
     else:
         q, z, S = 1.0, 1.0, 1e300
-
-        def noise(std: float, k: int) -> FloatArray:
-            return np.zeros(k)
 
     clipped, sampled_total = 0, 0
     agg: FloatArray | None = None
@@ -224,10 +218,16 @@ def simulate(
                 norms = np.linalg.norm(omegas[mask, 0], axis=1)
                 clipped += int((norms > S / math.sqrt(P)).sum())
                 sampled_total += int(mask.sum())
-            agg = aggregate_round(
-                N, subs, mask, M=M, P=P, S=S, q=q, z=z,
-                temperature=temperature.temperature(t), noise=noise, assignment=assign,
-            )  # fmt: skip
+            if cfg.dp:  # line 11's noise, added exactly from the run's generator
+                agg = aggregate_round(
+                    N, subs, mask, M=M, P=P, S=S, q=q, z=z,
+                    temperature=temperature.temperature(t), rng=rng, assignment=assign,
+                )  # fmt: skip
+            else:  # FTS / FTS-DE: the same aggregate without noise
+                agg = clean_aggregate(
+                    N, subs, mask, M=M, P=P, S=S, q=q,
+                    temperature=temperature.temperature(t), assignment=assign,
+                )[0]  # fmt: skip
         # round t + 1: choose, observe
         pt = p_t(t + 1, schedule)
         local = (rng.random(N) <= pt) if cfg.federated else np.ones(N, dtype=np.bool_)

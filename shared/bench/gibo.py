@@ -157,7 +157,7 @@ def _gibo(
         kernel=kernel,
         updater=updater,
         rng=gp.rng_for(seed, run, example, gp.ACQ),
-        noise=gp.seeded_noise(gp.rng_for(seed, run, example, gp.NOISE)),
+        noise_rng=gp.rng_for(seed, run, example, gp.NOISE),
         batch_size=b,
         maxiter=maxiter,
     )
@@ -242,7 +242,7 @@ def run_huber(cfg: HuberConfig, seed: int, run: int) -> list[MethodRun]:
         B=cfg.B,
         mu=cfg.mu,
         lr=cfg.lr,
-        noise=gp.seeded_noise(gp.rng_for(seed, run, ex, gp.NOISE)),
+        rng=gp.rng_for(seed, run, ex, gp.NOISE),
     )
     steps = np.arange(cfg.T + 1, dtype=np.float64)
     extras = {"minimiser_to_truth": np.array([np.linalg.norm(theta_hat - 1.0)])}

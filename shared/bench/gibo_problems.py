@@ -30,7 +30,8 @@ Paper: "Scalable Differentially Private Bayesian Optimization" (DP-GIBO), Sectio
   the paper): uniform random search and a plain GP-UCB (``gp_ucb``) with the same number of loss evaluations.
 
 All randomness comes from numpy Generators seeded by (seed, run, purpose); a benchmark's seeds never reach
-production, where the noise is OpenDP's (``shared.privacy.gdp.gaussian_noise``).
+production, where the noise comes from a fresh OS-keyed AES-CTR generator. The noise is added as production
+adds it (``shared.privacy.lattice``), from the run's seeded generator.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ from shared.bo.gibo.gp import DEFAULT_JITTER, GradientGP
 from shared.bo.gibo.kernels import GradKernel
 from shared.bo.gibo.loop import DPGiboResult
 from shared.bo.gibo.losses import huber_regression
-from shared.bo.gibo.private_gradient import clip_rows, noise_std, private_gradient_diagnostics
+from shared.bo.gibo.private_gradient import clip_rows, private_gradient_diagnostics, step_mechanism
 from shared.bo.gibo.updates import GradientDescent
 from shared.bo.gp import Hyperparameters, se_kernel
 from shared.bo.mle import fit_hyperparameters
+from shared.privacy.lattice import add_lattice_noise
 
 FloatArray = npt.NDArray[np.float64]
-NoiseFn = Callable[[float, int], FloatArray]
 
 __all__ = [
     "GPTuningProblem",
@@ -69,7 +70,6 @@ __all__ = [
     "noisy_gd",
     "random_search",
     "rng_for",
-    "seeded_noise",
 ]
 
 #: Purposes of the per-run generators (the third entry of the seed sequence).
@@ -79,16 +79,6 @@ DATA, START, ACQ, NOISE, BASELINE = 1, 2, 3, 4, 5
 def rng_for(seed: int, run: int, example: int, purpose: int) -> np.random.Generator:
     """The Generator of one (seed, run, example, purpose): runs and examples never share draws."""
     return np.random.default_rng([seed, run, example, purpose])
-
-
-def seeded_noise(rng: np.random.Generator) -> NoiseFn:
-    """noise(std, d) = std * N(0, I_d) from ``rng`` (benchmarks only; production: OpenDP's sampler)."""
-
-    def noise(std: float, d: int) -> FloatArray:
-        out: FloatArray = std * rng.standard_normal(d)
-        return out
-
-    return noise
 
 
 # -- Section 4.1 -------------------------------------------------------------------------------------------
@@ -116,9 +106,7 @@ def gradient_norms(
     for t, m in enumerate(ends):
         theta = res.thetas[t]
         W = GradientGP(kernel, res.design[:m], jitter=DEFAULT_JITTER).grad_weights(theta)
-        clean = private_gradient_diagnostics(
-            W, L_full[:m], B=B, T=T, mu=math.inf, noise=lambda s, d: np.zeros(d)
-        ).clean_average
+        clean = private_gradient_diagnostics(W, L_full[:m], B=B, T=T, mu=math.inf).clean_average
         exact_clipped = clip_rows(theta[None, :] - x, B).mean(axis=0)
         out["bias"].append(float(np.linalg.norm(clean - (theta - x_bar))))
         out["surrogate_bias"].append(float(np.linalg.norm(clean - exact_clipped)))
@@ -197,7 +185,7 @@ def noisy_gd(
     B: float,
     mu: float,
     lr: float,
-    noise: NoiseFn,
+    rng: np.random.Generator,
 ) -> FloatArray:
     """DP-GD: theta' = Pi_box(theta - lr ((1/n) sum_i Pi_B(g_i(theta)) + sigma w)), sigma = 2B sqrt(T)/(n mu).
 
@@ -211,9 +199,9 @@ def noisy_gd(
     for _ in range(T):
         G = user_gradients(theta)
         g = clip_rows(G, B).mean(axis=0)
-        sigma = noise_std(B, T, int(G.shape[0]), mu)
-        if sigma > 0:
-            g = g + noise(sigma, d)
+        mechanism = step_mechanism(B, T, int(G.shape[0]), mu, d)
+        if mechanism is not None:  # line 8's noise, added exactly as the oracle adds it
+            g = add_lattice_noise(mechanism, g, rng)
         theta = updater.step(theta, g, bounds)
         path.append(theta.copy())
     return np.asarray(path)

@@ -35,6 +35,7 @@ from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB, gp_ucb_beta
 from shared.privacy.gaussian import gaussian_release
 from shared.privacy.po_gp_ucb import omega, release_projection
+from shared.privacy.rng import seeded_rng
 
 D, R, EPS, DELTA = 50, 15, 1.0, 1e-5
 
@@ -79,7 +80,7 @@ def release_worker(method: str, n: int, seed: int, out: str) -> None:
         if method == "streaming":
             Z = release_projection(X, epsilon=EPS, delta=DELTA, r=R, lift="always", projection=M).Z
         elif method == "gaussian":
-            Z = gaussian_release(X, epsilon=EPS, delta=DELTA, rng=np.random.default_rng(seed)).Z
+            Z = gaussian_release(X, epsilon=EPS, delta=DELTA, rng=seeded_rng(seed)).Z  # production generator
         else:
             Z = direct_release(X, M)
         seconds.append(time.perf_counter() - t0)

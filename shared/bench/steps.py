@@ -127,7 +127,7 @@ def bench_dp_gibo(n: int, *, d: int = 20, steps: int = 10, seed: int = 0) -> dic
             clip=1.0,
             steps=steps,
             mu=1.0,
-            noise=lambda s, k: noise.normal(0.0, s, k),
+            rng=noise,
             jitter=request.jitter,
         )
         oracle_s.append(time.perf_counter() - t0)

@@ -23,9 +23,11 @@ from shared.federated.agent_step import (
 from shared.federated.coordinator import (
     TemperatureSchedule,
     aggregate_round,
+    clean_aggregate,
     clip_rows,
     noise_std,
     poisson_sample,
+    round_mechanism,
     softmax_weights,
 )
 from shared.federated.posterior import RFFPosterior, beta_t, information_gain
@@ -62,6 +64,7 @@ __all__ = [
     "agent_submission",
     "aggregate_round",
     "beta_t",
+    "clean_aggregate",
     "choose_query",
     "clip_rows",
     "compare_rules",
@@ -76,6 +79,7 @@ __all__ = [
     "p_t",
     "poisson_sample",
     "renormalised_round_delta",
+    "round_mechanism",
     "round_robin",
     "se_kernel",
     "softmax_weights",

@@ -27,13 +27,18 @@ and projecting Y are post-processing again. (Centring *after* the noise keeps th
 and spends nothing: the column means of the output are computed from the output.)
 
 Floating point. Textbook floating-point noise leaks through the low-order bits of ``x + noise`` (Mironov,
-CCS 2012). Here the output is an integer multiple of g, a lattice that does not depend on the data; the
+CCS 2012). Here the noise is added by ``shared.privacy.lattice`` (the one place every pobo mechanism adds
+Gaussian noise): the output is an integer multiple of g, a lattice that does not depend on the data; the
 integer arithmetic ``A + E`` is exact (int64); and the noise is drawn at a resolution far finer than the
-lattice (sigma / g <= 2^46, so one lattice step spans thousands of float64 values of ``N / g``). What remains
+lattice (sigma / g <= 2^45, so one lattice step spans thousands of float64 values of ``N / g``). What remains
 is the accuracy of numpy's Gaussian sampler itself. OpenDP's exact discrete-Gaussian sampler would remove
 that too, but it takes ~70 microseconds per entry at its default granularity (an hour for 10^6 x 50 rows,
 against ~2 s here; ``pobo bench perf``); the tests compare this sampler with OpenDP's
-(``tests/shared/test_gaussian.py``).
+(``tests/shared/test_gaussian.py``). The noise comes from ``os_entropy_rng()``: AES-CTR keyed from the OS.
+
+``noisy_rows`` is the mechanism itself (Y of one row block); ``gaussian_release`` streams the blocks through
+it and post-processes (centring, projection). The privacy audit attacks ``noisy_rows``'s output bit by bit
+(``shared.privacy.audit``) and the release's whole output by its distribution.
 """
 
 from __future__ import annotations
@@ -46,25 +51,32 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.errors import InputDataError
+from shared.privacy.gdp import gdp_epsilon, noise_multiplier_for
+from shared.privacy.lattice import (
+    MAX_LATTICE_VALUE,
+    MAX_SIGMA_STEPS,
+    RELAXATION,
+    LatticeGaussian,
+    add_lattice_noise,
+    lattice_gaussian,
+    lattice_noise,
+)
 from shared.privacy.params import check_epsilon_delta, check_r
 from shared.privacy.rng import os_entropy_rng
 from shared.privacy.rows import FloatArray, check_matrix, raise_not_finite, read_block, row_blocks
 
 __all__ = [
+    "MAX_LATTICE_VALUE",
+    "MAX_SIGMA_STEPS",
+    "RELAXATION",
     "GaussianCalibration",
     "GaussianRelease",
     "calibrate",
     "epsilon_for_change",
     "gaussian_release",
     "lattice_noise",
+    "noisy_rows",
 ]
-
-#: Largest extra sensitivity the lattice rounding may add (g sqrt(d) <= RELAXATION): about 1e-6 of the unit.
-RELAXATION = 2.0**-20
-#: Largest noise scale in lattice steps (sigma / g): float64 then resolves N / g to ~2^-6 of a step.
-MAX_SIGMA_STEPS = 2.0**45
-#: |X| / g must stay below this so that A + E fits int64 with room for the noise.
-MAX_LATTICE_VALUE = 2.0**61
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,11 @@ class GaussianCalibration:
         """Largest |x| (scaled units) the lattice represents exactly."""
         return MAX_LATTICE_VALUE * self.granularity
 
+    @property
+    def mechanism(self) -> LatticeGaussian:
+        """The exact Gaussian mechanism on one row (sensitivity 1, d entries) that adds the noise."""
+        return lattice_gaussian(1.0, self.noise_multiplier, self.d)
+
 
 @dataclass(frozen=True)
 class GaussianRelease:
@@ -97,29 +114,19 @@ class GaussianRelease:
 
 @functools.lru_cache(maxsize=256)
 def _calibrate(epsilon: float, delta: float, d: int) -> GaussianCalibration:
-    # z: the smallest sigma with Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s) <= delta (Balle & Wang,
-    # Thm. 8), found by dp_accounting's bracketed root search; nudged up by 1e-9 (relative) so that the
-    # root finder's tolerance can only ever add noise, never remove it.
-    from dp_accounting.gaussian_mechanism import get_sigma_gaussian  # (imported when first used: ~1 s)
-
-    z = get_sigma_gaussian(epsilon, delta) * (1.0 + 1e-9)
-    if not (math.isfinite(z) and z > 0):
-        raise InputDataError(f"no finite Gaussian noise achieves epsilon={epsilon:g}, delta={delta:g}")
-    k = max(
-        math.floor(math.log2(RELAXATION / math.sqrt(d))),
-        math.ceil(math.log2(2.0 * z / MAX_SIGMA_STEPS)),  # (2 z: Delta <= 2, so sigma / g <= 2^45)
-    )
-    g = math.ldexp(1.0, k)
-    sensitivity = 1.0 + g * math.sqrt(d)
+    # z: the smallest noise multiplier with Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z) <= delta
+    # (Balle & Wang, Thm. 8), verified in log space and stepped up until it holds (``noise_multiplier_for``)
+    z = noise_multiplier_for(epsilon, delta)
+    mech = lattice_gaussian(1.0, z, d)  # one row moves by norm <= 1: the lattice adds g sqrt(d)
     return GaussianCalibration(
         epsilon=epsilon,
         delta=delta,
         d=d,
-        granularity_exponent=k,
-        granularity=g,
-        sensitivity=sensitivity,
+        granularity_exponent=mech.granularity_exponent,
+        granularity=mech.granularity,
+        sensitivity=mech.lattice_sensitivity,
         noise_multiplier=z,
-        sigma=z * sensitivity,
+        sigma=mech.sigma,
     )
 
 
@@ -135,21 +142,23 @@ def epsilon_for_change(calibration: GaussianCalibration, change: float) -> float
     """The epsilon (at the release's delta) protecting a row change of norm ``change`` in scaled units.
 
     A change of norm c moves the mechanism's mean by c Delta, so it is protected like a unit change with
-    noise multiplier z / c (group privacy for the Gaussian mechanism is exact in this form).
+    noise multiplier z / c: the mechanism is (c / z)-GDP for it (group privacy for the Gaussian mechanism is
+    exact in this form), and ``gdp_epsilon`` never returns too small an epsilon.
     """
     if not (math.isfinite(change) and change > 0):
         raise InputDataError(f"change must be a finite number > 0, got {change!r}")
-    from dp_accounting.gaussian_mechanism import get_epsilon_gaussian
-
-    return float(get_epsilon_gaussian(calibration.noise_multiplier / change, calibration.delta))
+    return gdp_epsilon(change / calibration.noise_multiplier, calibration.delta)
 
 
-def lattice_noise(shape: tuple[int, ...], steps: float, rng: np.random.Generator) -> npt.NDArray[np.int64]:
-    """E = round(N / g) with N / g ~ N(0, steps^2): integer Gaussian noise in lattice steps."""
-    out = rng.standard_normal(shape)
-    out *= steps
-    np.rint(out, out=out)
-    return out.astype(np.int64)
+def noisy_rows(
+    Xb: FloatArray, calibration: GaussianCalibration, rng: np.random.Generator, *, checked: bool = False
+) -> FloatArray:
+    """Y = g (rint(X / g) + E) for one block of scaled rows: the Gaussian mechanism, noise added exactly.
+
+    Everything the release does after this (centring, projecting) is post-processing of Y. ``checked``: the
+    caller verified that X is finite and inside the lattice's range (``gaussian_release`` does, naming rows).
+    """
+    return add_lattice_noise(calibration.mechanism, Xb, rng, checked=checked)
 
 
 def gaussian_release(
@@ -177,8 +186,6 @@ def gaussian_release(
                 f"than the {d} features; omit r to release all {d} noisy features"
             )
     rng = rng if rng is not None else os_entropy_rng()
-    g = cal.granularity
-    steps = cal.sigma / g
     B: FloatArray | None = None
     if r is not None:
         B = rng.standard_normal((d, int(r))) / math.sqrt(int(r))  # M / sqrt(r); never stored
@@ -198,10 +205,8 @@ def gaussian_release(
                 f"a feature value reaches |x| >= {limit:.3g} (scaled units) around rows {start}..{stop - 1}; "
                 "the Gaussian release represents |x| below that: rescale the features"
             )
-        A = np.rint(Xb / g).astype(np.int64)  # exact: g is a power of two
-        A += lattice_noise(A.shape, steps, rng)
-        Yb = A.astype(np.float64)
-        Yb *= g  # Y = g (A + E), the mechanism's output; everything below is post-processing
+        # the mechanism's output; everything below is post-processing
+        Yb = noisy_rows(Xb, cal, rng, checked=True)
         colsum += Yb.sum(axis=0)
         if B is None:
             Z[start:stop] = Yb

@@ -30,32 +30,28 @@ DEFAULT ``ADD_OR_REMOVE_ONE`` relation, whose sensitivity is 1 in units of the n
 charges the epsilon of 2 mu (about 10.0 instead of 4.38 at mu = 1, delta = 1e-5). This is the convention of
 ``shared.privacy.accounting`` (a ``{"kind": "gdp", "mu": mu}`` charge is ``GaussianDpEvent(1 / mu)``).
 
-Noise is sampled by OpenDP (``make_gaussian`` on a vector domain with the L2 distance): a discrete Gaussian
-on a grid of 2^k from a CSPRNG seeded by the operating system, which closes the floating-point attack on
-naive samplers (Mironov, CCS 2012); there is no seed. Its privacy map reports zero-concentrated DP,
-rho = (s / sigma)^2 / 2 = mu_step^2 / 2 at the sensitivity s (Bun & Steinke 2016), the same Gaussian.
+The noise of a step is added exactly by ``shared.privacy.lattice`` (the clean average snapped to a lattice,
+integer noise from an OS-keyed AES-CTR generator), which closes the floating-point attack on ``value +
+noise`` (Mironov, CCS 2012; Jin et al., IEEE S&P 2022); the lattice's rounding is added to the sensitivity,
+so each step stays mu_step-GDP (``shared.bo.gibo.private_gradient.step_mechanism``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from functools import lru_cache
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from shared.errors import InputDataError
 
 __all__ = [
     "compose_gdp",
-    "gaussian_noise",
-    "gaussian_noise_measurement",
     "gdp_delta",
     "gdp_epsilon",
     "gdp_epsilon_pld",
     "gibo_noise_std",
+    "noise_multiplier_for",
     "per_step_mu",
 ]
 
@@ -80,19 +76,40 @@ def _delta_arg(delta: float) -> float:
     return delta
 
 
+#: Below this mu, log Phi(a - mu) - log Phi(a) is integrated (``_log_phi_ratio``) instead of subtracted.
+_QUADRATURE_MU = 0.5
+
+
+def _log_phi_ratio(a: float, mu: float) -> float:
+    """log Phi(a - mu) - log Phi(a), accurate to double precision even when it nearly cancels epsilon.
+
+    For small mu the two logs agree in most of their digits, and at extreme (epsilon, delta) the gap
+    epsilon + log Phi(a - mu) - log Phi(a) that decides delta is a millionth of either term (epsilon = 1e-6,
+    delta = 1e-100), so their difference is computed as ``-int_{a - mu}^{a} h(t) dt`` with the inverse Mills
+    ratio h = phi / Phi (smooth; Gauss-Legendre, 16 nodes): relative accuracy ~1e-15 on the integral.
+    """
+    from scipy.special import log_ndtr  # (scipy.special, scipy.optimize and dp_accounting: imported when
+    # first used, so that a service starts without them)
+
+    if mu > _QUADRATURE_MU:
+        return float(log_ndtr(a - mu)) - float(log_ndtr(a))
+    nodes, weights = np.polynomial.legendre.leggauss(16)
+    t = a - mu / 2.0 + (mu / 2.0) * nodes
+    h = np.exp(-0.5 * t * t - 0.5 * math.log(2.0 * math.pi) - log_ndtr(t))
+    return -(mu / 2.0) * float(np.dot(weights, h))
+
+
 def _log_gdp_delta(mu: float, epsilon: float) -> float:
     """log delta(epsilon) of mu-GDP, in log space: no overflow of e^epsilon, no underflow of delta.
 
     delta = Phi(a) - e^epsilon Phi(b) with a = -epsilon/mu + mu/2 and b = a - mu, so with
-    l1 = log Phi(a) and l2 = epsilon + log Phi(b) (l2 <= l1): log delta = l1 + log(-expm1(l2 - l1)).
+    l1 = log Phi(a) and gap = epsilon + log Phi(b) - log Phi(a) (<= 0): log delta = l1 + log(-expm1(gap)).
     """
     a = -epsilon / mu + mu / 2.0
-    from scipy.special import log_ndtr  # (scipy.special, scipy.optimize and dp_accounting: imported when
-    # first used, so that a service starts without them)
+    from scipy.special import log_ndtr
 
     l1 = float(log_ndtr(a))
-    l2 = epsilon + float(log_ndtr(a - mu))
-    gap = l2 - l1
+    gap = epsilon + _log_phi_ratio(a, mu)
     if gap >= 0.0:  # rounding at the far tail: delta is below what double precision resolves
         return -math.inf
     return l1 + math.log(-math.expm1(gap))
@@ -142,6 +159,32 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return root
 
 
+def noise_multiplier_for(epsilon: float, delta: float) -> float:
+    """The smallest noise multiplier z whose Gaussian mechanism is (epsilon, delta)-DP, verified.
+
+    The exact ("analytic") condition of Balle & Wang (ICML 2018, Thm. 8) is delta(z) = Phi(1/(2z) - eps z)
+    - e^eps Phi(-1/(2z) - eps z) <= delta, i.e. ``gdp_delta(1 / z, epsilon) <= delta`` (the same curve,
+    Dong, Roth & Su 2022, Cor. 2.13). dp-accounting's bracketed root search finds z; its tolerance can land
+    on either side of the root (at epsilon = 1e-6, delta = 1e-100 its z gives 1.0000142 delta), so the
+    result is checked with the log-space ``gdp_delta`` and stepped up (relative steps 1e-9, doubling) until
+    the condition holds with a relative margin of 1e-9 (the log-space delta agrees with 60-digit arithmetic
+    to ~1e-11, ``tests/shared/test_gdp.py``). The z returned never gives more than ``delta``.
+    """
+    epsilon = _number("epsilon", epsilon, positive=True)
+    delta = _delta_arg(delta)
+    from dp_accounting.gaussian_mechanism import get_sigma_gaussian  # (imported when first used: ~1 s)
+
+    z = float(get_sigma_gaussian(epsilon, delta))
+    if not (math.isfinite(z) and z > 0):
+        raise InputDataError(f"no finite Gaussian noise achieves epsilon={epsilon:g}, delta={delta:g}")
+    log_target = math.log(delta) + math.log1p(-1e-9)
+    step = 1e-9
+    while _log_gdp_delta(1.0 / z, epsilon) > log_target:
+        z *= 1.0 + step
+        step *= 2.0
+    return z
+
+
 def compose_gdp(mus: Iterable[float]) -> float:
     """mu of the composition of mu_i-GDP mechanisms: sqrt(sum mu_i^2) (Dong, Roth & Su 2022, Cor. 3.3)."""
     values = [_number("mu", m, positive=False) for m in mus]
@@ -182,29 +225,3 @@ def gdp_epsilon_pld(mu: float, steps: int, delta: float) -> float:
     accountant = pld_privacy_accountant.PLDAccountant()
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
-
-
-@lru_cache(maxsize=64)
-def _measurement(std: float, d: int) -> Any:
-    import opendp.prelude as dp
-
-    dp.enable_features("contrib")
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=d)
-    return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=std)
-
-
-def gaussian_noise_measurement(std: float, d: int) -> Any:
-    """OpenDP's Gaussian measurement on R^d with the L2 distance (cached per (std, d)).
-
-    ``.map(s)`` is the zero-concentrated DP rho it charges at L2 sensitivity s: (s / std)^2 / 2.
-    """
-    std = _number("std", std, positive=True)
-    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
-        raise InputDataError(f"d must be an integer >= 1, got {d!r}")
-    return _measurement(std, int(d))
-
-
-def gaussian_noise(std: float, d: int) -> npt.NDArray[np.float64]:
-    """A vector of d independent N(0, std^2) draws from OpenDP (OS CSPRNG, floating-point safe; no seed)."""
-    measurement = gaussian_noise_measurement(std, d)
-    return np.asarray(measurement([0.0] * int(d)), dtype=np.float64)

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from modeler_service import federations
 from modeler_service.config import Settings
 from modeler_service.models import FederationRound, FederationSubmission
-from shared.federated import aggregate_round, federated_epsilon, round_robin
+from shared.federated import aggregate_round, clean_aggregate, federated_epsilon, poisson_sample, round_robin
 from tests.modeler_service.conftest import AUTH, TOKEN
 
 ROUND_SECONDS = 4.0  # long enough that setting up and submitting fits in a round on a loaded machine
@@ -280,26 +280,29 @@ def test_a_straggler_contributes_zero(client: Any, app: Any) -> None:
     assert submit(client, fid, 1, agents[1], omega).status_code == 202  # agents 0 and 2 straggle
     wait_past_deadline(client, fid, 1)
 
-    def no_noise(std: float, n: int) -> Any:
-        return np.zeros(n)
-
-    assert federations.close_round(app.state.components.ctx.db, fid, 1, noise=no_noise)
+    # the closer's generator draws the sample, then the noise: the same seed reproduces both
+    assert federations.close_round(app.state.components.ctx.db, fid, 1, rng=np.random.default_rng(5))
     got = np.asarray(client.get(f"/v1/federations/{fid}/rounds/1").json()["aggregates"])
+    rng = np.random.default_rng(5)
+    sampled = poisson_sample(3, 1.0, rng=rng)
     expected = aggregate_round(
         3,
         {1: omega},
-        np.ones(3, dtype=bool),
+        sampled,
         M=8,
         P=2,
         S=1.0,
         q=1.0,
         z=5.0,
         temperature=1.0,
-        noise=no_noise,
+        rng=rng,
         assignment=round_robin(3, 2),
     )
-    np.testing.assert_allclose(got, expected)
-    assert np.abs(got).sum() > 0  # agent 1's clipped omega, with its frozen weights (not renormalised)
+    np.testing.assert_array_equal(got, expected)
+    clean = clean_aggregate(
+        3, {1: omega}, sampled, M=8, P=2, S=1.0, q=1.0, temperature=1.0, assignment=round_robin(3, 2)
+    )[0]
+    assert np.abs(clean).sum() > 0  # agent 1's clipped omega, with its frozen weights (not renormalised)
 
 
 def test_restart_mid_round(settings: Settings, curator: Any) -> None:

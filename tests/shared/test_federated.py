@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import dp_accounting
 import numpy as np
@@ -27,6 +28,7 @@ from shared.federated import (
     aggregate_round,
     beta_t,
     choose_query,
+    clean_aggregate,
     clip_rows,
     compare_rules,
     draw_rff,
@@ -37,12 +39,14 @@ from shared.federated import (
     p_t,
     poisson_sample,
     renormalised_round_delta,
+    round_mechanism,
     round_robin,
     se_kernel,
     softmax_weights,
     split_box,
 )
 from shared.federated.privacy import RDP_ORDERS, _scale_hockey_stick
+from shared.privacy.lattice import LatticeGaussian
 
 # ---------------------------------------------------------------------------------------------- RFF
 
@@ -200,30 +204,28 @@ def _algorithm1_by_the_lines(N, P, subs, sampled, S, q, z, varphi, eta):  # type
     return out
 
 
-class RecordingNoise:
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.calls: list[tuple[float, int]] = []
-        self.last = np.zeros(0)
-
-    def __call__(self, std: float, n: int) -> np.ndarray:
-        self.calls.append((std, n))
-        self.last = std * self.rng.standard_normal(n)
-        return self.last
+def with_exact_noise(clean: np.ndarray, mechanism: LatticeGaussian, seed: int) -> np.ndarray:
+    """What line 11 releases from ``clean`` with the generator default_rng(seed): the clean aggregate snapped
+    to the lattice g Z^(P x M) plus integer noise rint(N sigma / g), times g (never clean + float noise)."""
+    N = np.random.default_rng(seed).standard_normal(clean.shape)
+    g = mechanism.granularity
+    return g * (np.rint(clean / g) + np.rint(N * mechanism.steps))
 
 
 def test_aggregate_by_hand_on_fixed_inputs() -> None:
     # N = 3, P = 2, uniform weights (T = inf): varphi = 1/3; S = 2 -> clip bound sqrt(2)
-    noise = RecordingNoise(0)
     subs = {0: [3.0, 4.0], 1: [0.5, 0.5]}  # agent 2 did not submit
-    out = aggregate_round(
-        3, subs, [0, 1, 2], M=2, P=2, S=2.0, q=0.5, z=1.0, temperature=math.inf, noise=noise
-    )
+    kw: dict[str, Any] = {"M": 2, "P": 2, "S": 2.0, "q": 0.5, "temperature": math.inf}
+    out = aggregate_round(3, subs, [0, 1, 2], z=1.0, rng=np.random.default_rng(0), **kw)
     w0 = np.array([3.0, 4.0]) / 5.0 * math.sqrt(2)  # clipped from norm 5 to sqrt(2)
     w1 = np.array([0.5, 0.5])  # norm 0.71 < sqrt(2): unchanged
     expected = (w0 + w1) / 3.0 / 0.5
-    np.testing.assert_allclose(out, np.vstack([expected, expected]) + noise.last.reshape(2, 2))
-    assert noise.calls == [(pytest.approx(1.0 * (1 / 3) * 2.0 / 0.5), 4)]
+    clean, varphi = clean_aggregate(3, subs, [0, 1, 2], **kw)
+    np.testing.assert_allclose(clean, np.vstack([expected, expected]), rtol=1e-15)
+    mechanism = round_mechanism(varphi, S=2.0, q=0.5, z=1.0, M=2)
+    np.testing.assert_array_equal(out, with_exact_noise(clean, mechanism, 0))
+    paper = 1.0 * (1 / 3) * 2.0 / 0.5  # z varphi_max S / q, for the P * M = 4 coordinates
+    assert mechanism.dim == 4 and paper <= mechanism.sigma <= paper * (1 + 2.0**-20)
 
 
 def test_aggregate_matches_algorithm1_transcript_with_softmax_weights() -> None:
@@ -231,50 +233,53 @@ def test_aggregate_matches_algorithm1_transcript_with_softmax_weights() -> None:
     N, P, M, S, q, z = 9, 3, 6, 3.0, 0.4, 1.3
     subs = {n: rng.standard_normal(M) * (3 if n % 2 else 0.3) for n in range(N) if n != 4}
     sampled = {0, 1, 2, 4, 7, 8}
-    noise = RecordingNoise(12)
-    out = aggregate_round(N, subs, sampled, M=M, P=P, S=S, q=q, z=z, temperature=1.0, noise=noise)
+    out = aggregate_round(N, subs, sampled, M=M, P=P, S=S, q=q, z=z, temperature=1.0, rng=rng_12())
     # varphi by hand (Section 3.2): regions of n mod 3, a = 15, T = 1
     e_in, e_out = math.exp(16.0), math.exp(1.0)
     varphi = np.where(np.arange(N)[None, :] % P == np.arange(P)[:, None], e_in, e_out) / (
         3 * e_in + 6 * e_out
     )
     np.testing.assert_allclose(softmax_weights(round_robin(N, P), P, 1.0), varphi, rtol=1e-12)
-    eta = noise.last.reshape(P, M)
-    ref = _algorithm1_by_the_lines(N, P, subs, sampled, S, q, z, varphi, eta)
-    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
-    # the std handed to the noise callable is z varphi_max S / q, for the P * M coordinates
-    (std, n), *_ = noise.calls
-    assert n == P * M and std == pytest.approx(z * varphi.max() * S / q)
-    assert std == pytest.approx(noise_std(varphi, S=S, q=q, z=z))
+    ref = _algorithm1_by_the_lines(N, P, subs, sampled, S, q, z, varphi, np.zeros((P, M)))
+    clean, _ = clean_aggregate(N, subs, sampled, M=M, P=P, S=S, q=q, temperature=1.0)
+    np.testing.assert_allclose(clean, ref, rtol=1e-12, atol=1e-12)
+    # line 11: the noise std is z varphi_max S / q for the P * M coordinates, added exactly
+    mechanism = round_mechanism(varphi, S=S, q=q, z=z, M=M)
+    np.testing.assert_array_equal(out, with_exact_noise(clean, mechanism, 12))
+    assert mechanism.dim == P * M and mechanism.sigma == pytest.approx(z * varphi.max() * S / q, rel=1e-6)
+    assert mechanism.sigma == noise_std(varphi, S=S, q=q, z=z, M=M)
+
+
+def rng_12() -> np.random.Generator:
+    return np.random.default_rng(12)
 
 
 def test_missing_straggling_or_unsampled_agent_contributes_zero_and_nothing_is_renormalised() -> None:
     rng = np.random.default_rng(13)
     N, P, M, S, q, z = 10, 2, 4, 2.0, 0.5, 1.0
     subs = {n: rng.standard_normal(M) for n in range(N)}
-    kw = {"M": M, "P": P, "S": S, "q": q, "z": z, "temperature": 1.0}
-    full = aggregate_round(N, subs, range(N), noise=RecordingNoise(1), **kw)
+    kw: dict[str, Any] = {"M": M, "P": P, "S": S, "q": q, "temperature": 1.0}
+    full = clean_aggregate(N, subs, range(N), **kw)[0]
     k = 3
-    missing = aggregate_round(
-        N, {n: v for n, v in subs.items() if n != k}, range(N), noise=RecordingNoise(1), **kw
-    )
-    unsampled = aggregate_round(N, subs, [n for n in range(N) if n != k], noise=RecordingNoise(1), **kw)
-    zero = aggregate_round(N, {**subs, k: np.zeros(M)}, range(N), noise=RecordingNoise(1), **kw)
+    missing = clean_aggregate(N, {n: v for n, v in subs.items() if n != k}, range(N), **kw)[0]
+    unsampled = clean_aggregate(N, subs, [n for n in range(N) if n != k], **kw)[0]
+    zero = clean_aggregate(N, {**subs, k: np.zeros(M)}, range(N), **kw)[0]
     np.testing.assert_allclose(missing, unsampled)
     np.testing.assert_allclose(missing, zero)
     # the difference is exactly agent k's own weighted, clipped vector: the others' weights are unchanged
     varphi = softmax_weights(round_robin(N, P), P, 1.0)
     w_hat = clip_rows(subs[k], S / math.sqrt(P))
     np.testing.assert_allclose(full - missing, varphi[:, [k]] * w_hat[None, :] / q, atol=1e-12)
-    # and the noise std does not depend on who submitted
-    n1, n2 = RecordingNoise(0), RecordingNoise(0)
-    aggregate_round(N, {}, [], noise=n1, **kw)
-    aggregate_round(N, subs, range(N), noise=n2, **kw)
-    assert n1.calls == n2.calls
+    # and the noise does not depend on who submitted: the same generator gives the same integer noise
+    nobody = aggregate_round(N, {}, [], z=z, rng=np.random.default_rng(0), **kw)
+    everyone = aggregate_round(N, subs, range(N), z=z, rng=np.random.default_rng(0), **kw)
+    g = round_mechanism(varphi, S=S, q=q, z=z, M=M).granularity
+    np.testing.assert_array_equal(nobody / g, everyone / g - np.rint(full / g))
 
 
 def test_aggregate_refuses_bad_input() -> None:
-    kw = {"M": 2, "P": 2, "S": 1.0, "q": 0.5, "z": 1.0, "temperature": 1.0, "noise": RecordingNoise(0)}
+    kw: dict[str, Any] = {"M": 2, "P": 2, "S": 1.0, "q": 0.5, "z": 1.0, "temperature": 1.0}
+    kw["rng"] = np.random.default_rng(0)
     with pytest.raises(InputDataError, match="length 2"):
         aggregate_round(3, {0: [1.0, 2.0, 3.0]}, [0], **kw)
     with pytest.raises(InputDataError, match="lie in"):
@@ -283,13 +288,11 @@ def test_aggregate_refuses_bad_input() -> None:
         aggregate_round(3, {0: [np.nan, 2.0]}, [0], **kw)
 
 
-def test_production_noise_sampler_fits_the_callable() -> None:
-    from shared.privacy.gdp import gaussian_noise
-
-    out = aggregate_round(
-        4, {0: [1.0, 0.0, 0.0]}, [0], M=3, P=2, S=1.0, q=0.5, z=1.0, temperature=1.0, noise=gaussian_noise
-    )
-    assert out.shape == (2, 3) and np.isfinite(out).all()
+def test_production_noise_comes_from_a_fresh_os_keyed_generator() -> None:
+    args = (4, {0: [1.0, 0.0, 0.0]}, [0])
+    kw: dict[str, Any] = {"M": 3, "P": 2, "S": 1.0, "q": 0.5, "z": 1.0, "temperature": 1.0}
+    out, again = aggregate_round(*args, **kw), aggregate_round(*args, **kw)
+    assert out.shape == (2, 3) and np.isfinite(out).all() and not np.array_equal(out, again)
 
 
 def test_poisson_subsampling_rate_binomial_test_with_control() -> None:

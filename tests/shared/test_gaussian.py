@@ -48,6 +48,35 @@ def test_calibration_is_the_smallest_sigma_of_the_exact_condition(
         assert cal.sigma < math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
+def exact_delta(z: float, epsilon: float) -> float:
+    """Balle & Wang's delta of noise multiplier z, in 60-digit arithmetic (mpmath): the reference."""
+    import mpmath as mp
+
+    with mp.workdps(60):
+        zz, eps = mp.mpf(z), mp.mpf(epsilon)
+        return float(mp.ncdf(1 / (2 * zz) - eps * zz) - mp.e**eps * mp.ncdf(-1 / (2 * zz) - eps * zz))
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta"),
+    [(1e-6, 1e-100), (1e-3, 1e-300), (1e-6, 1e-10), (50.0, 1e-100), (1.0, 1e-5), (100.0, 0.5), (1e-4, 0.9)],
+)
+def test_calibration_holds_at_extreme_epsilon_and_delta(epsilon: float, delta: float) -> None:
+    """delta(z) <= delta in exact arithmetic, and z is not more than 1e-6 above the smallest such z."""
+    z = calibrate(epsilon, delta, 3).noise_multiplier
+    assert exact_delta(z, epsilon) <= delta
+    assert exact_delta(z * (1 - 1e-6), epsilon) > delta
+
+
+def test_the_root_finder_alone_overshoots_delta_at_the_extreme() -> None:
+    """The control for the test above: dp-accounting's z alone gives 1.0000146 delta at (1e-6, 1e-100);
+    the calibration's check in log space steps it up."""
+    from dp_accounting.gaussian_mechanism import get_sigma_gaussian
+
+    assert exact_delta(get_sigma_gaussian(1e-6, 1e-100), 1e-6) > 1e-100 * (1 + 1e-5)
+    assert calibrate(1e-6, 1e-100, 3).noise_multiplier > get_sigma_gaussian(1e-6, 1e-100)
+
+
 def test_the_issue_number_sigma_139_at_e_to_the_1_1() -> None:
     assert calibrate(math.exp(1.1), 1e-5, 2).sigma == pytest.approx(1.389, abs=1e-3)
 

@@ -15,8 +15,6 @@ from shared.errors import InputDataError
 from shared.privacy.accounting import Charge, pld_composition
 from shared.privacy.gdp import (
     compose_gdp,
-    gaussian_noise,
-    gaussian_noise_measurement,
     gdp_delta,
     gdp_epsilon,
     gdp_epsilon_pld,
@@ -94,8 +92,6 @@ def test_epsilon_is_zero_when_delta_covers_the_whole_tradeoff() -> None:
         lambda: per_step_mu(1.0, 2.5),  # type: ignore[arg-type]
         lambda: compose_gdp([1.0, -1.0]),
         lambda: gibo_noise_std(1.0, 0, 1.0, 10),
-        lambda: gaussian_noise(0.0, 3),
-        lambda: gaussian_noise(1.0, 0),
     ],
 )
 def test_bad_parameters_are_refused(call) -> None:
@@ -175,7 +171,9 @@ def test_opendp_privacy_map_is_the_per_step_mu() -> None:
     import opendp.prelude as dp
 
     B, n, mu, steps, d = 1.0, 1000, 1.0, 30, 5
-    measurement = gaussian_noise_measurement(gibo_noise_std(B, n, mu, steps), d)
+    dp.enable_features("contrib")
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=d)
+    measurement = dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=gibo_noise_std(B, n, mu, steps))
     rho = measurement.map(2 * B / n)
     assert rho == pytest.approx(per_step_mu(mu, steps) ** 2 / 2, rel=1e-9)
     assert steps * rho == pytest.approx(mu**2 / 2, rel=1e-9)
@@ -185,18 +183,3 @@ def test_opendp_privacy_map_is_the_per_step_mu() -> None:
     )
     exact = gdp_epsilon(per_step_mu(mu, steps), DELTA)
     assert delta_opendp == DELTA and exact <= eps_opendp <= 1.2 * exact
-
-
-def test_measurement_is_cached_per_std_and_d() -> None:
-    assert gaussian_noise_measurement(0.7, 3) is gaussian_noise_measurement(0.7, 3)
-    assert gaussian_noise_measurement(0.7, 3) is not gaussian_noise_measurement(0.7, 4)
-
-
-def test_noise_has_the_requested_shape_and_scale() -> None:
-    std, d = 3.0, 3000
-    noise = gaussian_noise(std, d)
-    assert noise.shape == (d,) and noise.dtype == np.float64 and np.isfinite(noise).all()
-    # sd of the sample sd ~ std / sqrt(2 d) = 0.039: 6 sigma = 0.23; mean sd = std / sqrt(d) = 0.055
-    assert abs(noise.std() - std) < 0.25
-    assert abs(noise.mean()) < 0.35
-    assert not np.array_equal(noise, gaussian_noise(std, d))  # fresh OS entropy, no seed

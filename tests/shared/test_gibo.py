@@ -24,17 +24,13 @@ from shared.bo.gibo.private_gradient import (
     per_user_gradients,
     private_gradient,
     private_gradient_diagnostics,
+    step_mechanism,
 )
 from shared.bo.gibo.updates import AdaGrad, GradientDescent, make_updater, project_to_bounds
 from shared.errors import InputDataError
 
 KERNELS = [SEKernel(lengthscale=0.7, signal_variance=1.3), PolynomialKernel(degree=2, offset=1.0)]
 KERNEL_IDS = ["se", "poly2"]
-
-
-def numpy_noise(seed: int):
-    rng = np.random.default_rng(seed)
-    return lambda std, d: rng.normal(0.0, std, d)
 
 
 def fd_grad(f, x: np.ndarray, h: float = 1e-5) -> np.ndarray:
@@ -240,7 +236,7 @@ def test_clipping_and_non_finite_rows() -> None:
     W, L = _w_and_l()
     L[2, 5] = np.nan
     L[0, 9] = np.inf
-    diag = private_gradient_diagnostics(W, L, B=0.5, T=4, mu=math.inf, noise=numpy_noise(0))
+    diag = private_gradient_diagnostics(W, L, B=0.5, T=4, mu=math.inf, rng=np.random.default_rng(0))
     assert diag.n_nonfinite == 2
     assert (diag.G[[5, 9]] == 0).all() and (diag.G_clipped[[5, 9]] == 0).all()
     norms = np.linalg.norm(diag.G_clipped, axis=1)
@@ -257,22 +253,21 @@ def test_clipping_and_non_finite_rows() -> None:
 
 
 def test_noise_std_and_its_distribution() -> None:
+    """sigma = 2 B sqrt(T) / (n mu), plus the lattice's at most 2^-20 of it; the released gradient is the
+    clean one snapped to the lattice plus integer noise: N(0, sigma^2) per entry, and on the lattice."""
     W, L = _w_and_l(n=40)
     B, T, mu, n = 0.7, 9, 1.5, 40
     sigma = 2 * B * math.sqrt(T) / (n * mu)
-    assert noise_std(B, T, n, mu) == pytest.approx(sigma, rel=1e-15)
-    seen: list[float] = []
+    d = W.shape[0]
+    assert sigma <= noise_std(B, T, n, mu, d) <= sigma * (1 + 2.0**-20)
+    mechanism = step_mechanism(B, T, n, mu, d)
+    assert mechanism is not None and mechanism.sigma == noise_std(B, T, n, mu, d)
     rng = np.random.default_rng(8)
-
-    def noise(std: float, d: int) -> np.ndarray:
-        seen.append(std)
-        return rng.normal(0.0, std, d)
-
-    clean = private_gradient_diagnostics(W, L, B=B, T=T, mu=math.inf, noise=noise).clean_average
-    draws = np.concatenate(
-        [private_gradient(W, L, B=B, T=T, mu=mu, noise=noise) - clean for _ in range(3000)]
-    )
-    assert len(seen) == 3000 and all(v == pytest.approx(sigma, rel=1e-15) for v in seen)
+    clean = private_gradient_diagnostics(W, L, B=B, T=T, mu=math.inf).clean_average
+    released = np.stack([private_gradient(W, L, B=B, T=T, mu=mu, rng=rng) for _ in range(3000)])
+    g = mechanism.granularity
+    assert np.array_equal(released / g, np.rint(released / g))  # every output on the lattice g Z^d
+    draws = (released - clean).ravel()
     assert stats.kstest(draws, "norm", args=(0.0, sigma)).pvalue > 1e-6
     assert stats.kstest(draws, "norm", args=(0.0, sigma / 2)).pvalue < 1e-6  # the control must fail
 
@@ -282,11 +277,9 @@ def test_private_gradient_input_errors() -> None:
     with pytest.raises(InputDataError, match="same m"):
         per_user_gradients(W, L[:-1])
     with pytest.raises(InputDataError, match="mu"):
-        private_gradient(W, L, B=1.0, T=1, mu=0.0, noise=numpy_noise(0))
+        private_gradient(W, L, B=1.0, T=1, mu=0.0, rng=np.random.default_rng(0))
     with pytest.raises(InputDataError, match="B"):
-        private_gradient(W, L, B=-1.0, T=1, mu=1.0, noise=numpy_noise(0))
-    with pytest.raises(InputDataError, match="noise"):
-        private_gradient(W, L, B=1.0, T=1, mu=1.0, noise=lambda s, d: np.zeros(d + 1))
+        private_gradient(W, L, B=-1.0, T=1, mu=1.0, rng=np.random.default_rng(0))
 
 
 # -- updates ----------------------------------------------------------------------------------------
@@ -345,7 +338,7 @@ def _run_41(mu: float, B: float, T: int, n: int):
         kernel=PolynomialKernel(degree=2, offset=1.0),
         updater=GradientDescent(lr=0.5),
         rng=np.random.default_rng(2),
-        noise=numpy_noise(1),
+        noise_rng=np.random.default_rng(1),
         batch_size=3,
     )
 
@@ -376,14 +369,14 @@ def test_algorithm2_loop_and_loop_errors() -> None:
         kernel=PolynomialKernel(degree=2),
         updater=AdaGrad(lr=0.5),
         rng=np.random.default_rng(3),
-        noise=numpy_noise(0),
+        noise_rng=np.random.default_rng(0),
         tolerance=1.0,
     )
     assert all(1 <= b <= 6 for b in res.batch_sizes)
     assert all(a <= 1.0 for a in res.alphas)
     assert res.design.shape == (sum(res.batch_sizes), 5)
     kw = {"T": 2, "B": 1.0, "mu": 1.0, "kernel": SEKernel(), "updater": GradientDescent(0.1)}
-    kw["noise"] = numpy_noise(0)
+    kw["noise_rng"] = np.random.default_rng(0)
     with pytest.raises(InputDataError, match="exactly one"):
         run_dp_gibo(
             loss_matrix, np.zeros(5), np.tile([-5.0, 5.0], (5, 1)), rng=np.random.default_rng(0), **kw
@@ -435,7 +428,7 @@ def test_section_3_4_noisy_observations_enter_line_6_only() -> None:
             kernel=PolynomialKernel(degree=2),
             updater=GradientDescent(lr=0.5),
             rng=np.random.default_rng(2),
-            noise=numpy_noise(0),
+            noise_rng=np.random.default_rng(0),
             batch_size=3,
             obs_noise_var=obs_noise_var,
         )

@@ -11,7 +11,7 @@ Notation (shapes in brackets)::
     loss_matrix_fn(Z [b, d]) -> [b, n]   the (data curator's) evaluation of L(z, x_i) on new points
     step t:  Z  = argmin_{|Z| = b} alpha(Z; D_{t-1}, theta^(t))     (Alg. 1 line 4 / Alg. 2 lines 4-5)
              D_t = D_{t-1} u Z                                      (line 5)
-             g   = clip-average of W L_t + noise(sigma, d)          (lines 6-8, private_gradient)
+             g   = clip-average of W L_t + N(0, sigma^2 I), exactly (lines 6-8, private_gradient)
              theta^(t+1) = updater.step(theta^(t), g, bounds)       (line 8 / Remark 4.1; projected)
 
 Only the released gradients touch the data, so the design, the thetas and the batch sizes are
@@ -31,7 +31,7 @@ import numpy.typing as npt
 from shared.bo.gibo.acquisition import as_bounds, choose_adaptive_batch, optimize_batch
 from shared.bo.gibo.gp import DEFAULT_JITTER, GradientGP
 from shared.bo.gibo.kernels import GradKernel, as_theta
-from shared.bo.gibo.private_gradient import NoiseFn, noise_std, private_gradient
+from shared.bo.gibo.private_gradient import noise_std, private_gradient
 from shared.bo.gibo.updates import Updater
 from shared.errors import InputDataError
 
@@ -70,7 +70,7 @@ def run_dp_gibo(
     kernel: GradKernel,
     updater: Updater,
     rng: np.random.Generator,
-    noise: NoiseFn,
+    noise_rng: np.random.Generator | None = None,
     batch_size: int | None = None,
     tolerance: float | None = None,
     obs_noise_var: float = 0.0,
@@ -82,7 +82,8 @@ def run_dp_gibo(
     """Algorithm 1 (``batch_size=b``) or Algorithm 2 (``tolerance=eps``): give exactly one of the two.
 
     ``maxiter`` (Algorithm 1 only) caps the L-BFGS-B iterations of each batch optimisation
-    (``optimize_batch``); None keeps its default.
+    (``optimize_batch``); None keeps its default. ``rng`` drives the acquisition; ``noise_rng`` the privacy
+    noise (None: a fresh OS-keyed AES-CTR generator per step, as the curator's oracle draws it).
     """
     if (batch_size is None) == (tolerance is None):
         raise InputDataError("give exactly one of batch_size (Algorithm 1) and tolerance (Algorithm 2)")
@@ -127,8 +128,8 @@ def run_dp_gibo(
         L = new if L is None else np.vstack([L, new])
         gp6 = GradientGP(kernel, D, noise_var=obs_noise_var, jitter=jitter)
         W = gp6.grad_weights(theta)
-        g = private_gradient(W, L, B=B, T=int(T), mu=mu, noise=noise)
-        sigma = noise_std(B, int(T), int(L.shape[1]), mu)
+        g = private_gradient(W, L, B=B, T=int(T), mu=mu, rng=noise_rng)
+        sigma = noise_std(B, int(T), int(L.shape[1]), mu, d)
         theta = updater.step(theta, g, bd)
         thetas.append(theta.copy())
         batch_sizes.append(int(Z.shape[0]))

@@ -13,11 +13,14 @@ What keeps Lemma 3.1's guarantee (the sensitivity 2B/n needs column i of L to de
 
 * every input that is not data -- theta, the design, the kernel and its hyper-parameters -- is validated
   (``check_step``) *before* a row is read, so an error can never depend on the data;
-* the loss is evaluated on the rows in chunks of design points (bounded memory); a chunk that raises is
-  split row-wise until the rows that raise are isolated (``safe_loss_matrix``), and those rows' columns
-  become non-finite, then 0 (``private_gradient``), so what one row does changes only its own column;
+* the loss is evaluated on the rows in chunks of design points (bounded memory) on a schedule that does not
+  depend on the rows (``safe_loss_matrix``): built-in losses are numpy expressions that give a bad row NaN,
+  and a plug-in is called one row at a time, so a row that makes it raise gets a NaN column; those columns
+  become 0 (``private_gradient``), so what one row does changes only its own column, and the time of a step
+  does not depend on how many rows fail;
 * the kernel is the one sent with the step: the curator fits nothing on the losses;
-* the noise comes from the ``noise`` callable (production: OpenDP's vector Gaussian sampler).
+* the noise is added exactly (``shared.privacy.lattice``: the clean average snapped to a lattice, integer
+  noise) from a fresh OS-keyed AES-CTR generator (``rng`` None).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy.typing as npt
 from shared.bo.gibo.acquisition import as_bounds
 from shared.bo.gibo.gp import DEFAULT_JITTER, GradientGP
 from shared.bo.gibo.kernels import GradKernel, PolynomialKernel, SEKernel
-from shared.bo.gibo.private_gradient import NoiseFn, noise_std, private_gradient
+from shared.bo.gibo.private_gradient import noise_std, private_gradient
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -104,21 +107,17 @@ def check_step(
     return t, D, bd
 
 
-def _evaluate(loss_matrix: LossMatrix, points: FloatArray, rows: npt.NDArray[np.intp] | None, n: int) -> Any:
-    """One call; None if it raised or returned the wrong shape (never an error that depends on data)."""
-    try:
-        with np.errstate(all="ignore"):
-            out = np.asarray(loss_matrix(points, rows), dtype=np.float64)
-    except Exception:  # noqa: BLE001 - a row may make a plug-in loss raise: that row's column is zeroed
-        return None
-    return out if out.shape == (points.shape[0], n) else None
-
-
 def safe_loss_matrix(loss_matrix: LossMatrix, points: FloatArray, n: int, d_rows: int) -> FloatArray:
-    """L [m, n], chunked over design points; rows whose evaluation raises get NaN (zeroed downstream).
+    """L [m, n], in chunks of design points over all rows; a row whose loss failed holds NaN there (zeroed
+    downstream, before clipping).
 
-    A chunk that fails is bisected over the rows (row-independence makes every other row's column the same
-    whatever chunk it is evaluated in), so k failing rows cost O(k log n) extra calls.
+    The calls are the same whatever the rows hold: one per chunk of design points (the chunk size depends
+    on m, n and the row width only). Built-in losses are numpy expressions that turn a bad row into NaN
+    instead of raising; a plug-in is evaluated one row per call on the same fixed schedule whatever fails
+    (``plugin_loss_matrix``). So neither which rows fail nor how many changes the work done, or its time:
+    a schedule that bisected failing chunks answered "is there a row beyond t?" through response time, to a
+    partner who chooses theta. A call that raises all the same, or returns the wrong shape, is a bug of
+    the loss, not of a row: it is raised (as an InputDataError for the shape), never retried.
     """
     m = int(points.shape[0])
     per_point = max(1, n * max(1, d_rows))
@@ -126,20 +125,14 @@ def safe_loss_matrix(loss_matrix: LossMatrix, points: FloatArray, n: int, d_rows
     L = np.full((m, n), np.nan)
     for start in range(0, m, chunk):
         block = points[start : start + chunk]
-        out = _evaluate(loss_matrix, block, None, n)
-        if out is not None:
-            L[start : start + chunk] = out
-            continue
-        stack = [np.arange(n, dtype=np.intp)]
-        while stack:
-            rows = stack.pop()
-            part = _evaluate(loss_matrix, block, rows, rows.size)
-            if part is not None:
-                L[start : start + chunk, rows] = part
-            elif rows.size > 1:
-                half = rows.size // 2
-                stack.extend([rows[:half], rows[half:]])
-            # a single failing row keeps its NaN column: its gradient becomes 0 before clipping
+        with np.errstate(all="ignore"):
+            out = np.asarray(loss_matrix(block, None), dtype=np.float64)
+        if out.shape != (block.shape[0], n):
+            raise InputDataError(
+                f"the loss returned an array of shape {out.shape} for {block.shape[0]} design points and "
+                f"{n} rows; it must return [{block.shape[0]}, {n}]"
+            )
+        L[start : start + chunk] = out
     return L
 
 
@@ -155,7 +148,7 @@ def oracle_gradient(
     clip: float,
     steps: int,
     mu: float,
-    noise: NoiseFn,
+    rng: np.random.Generator | None = None,
     noise_var: float = 0.0,
     jitter: float = DEFAULT_JITTER,
 ) -> FloatArray:
@@ -163,7 +156,7 @@ def oracle_gradient(
 
     Everything that can fail on its inputs fails before ``loss_matrix`` is called: ``check_step`` and the
     GP's weights depend only on theta, the design and the kernel. ``row_width``: entries per row (for the
-    chunk size only).
+    chunk size only). ``rng``: the noise's generator (None: a fresh OS-keyed AES-CTR one, production).
     """
     if not (math.isfinite(noise_var) and noise_var >= 0):
         raise InputDataError(f"noise_var must be a finite number >= 0, got {noise_var!r}")
@@ -173,7 +166,7 @@ def oracle_gradient(
     if not np.isfinite(W).all():
         raise InputDataError("the GP's gradient weights are not finite for this design and kernel")
     L = safe_loss_matrix(loss_matrix, D, n, row_width)
-    return private_gradient(W, L, B=clip, T=steps, mu=mu, noise=noise)
+    return private_gradient(W, L, B=clip, T=steps, mu=mu, rng=rng)
 
 
 # ---------------------------------------------------------------------------------------- the losses
@@ -238,12 +231,31 @@ def builtin_loss_matrix(
 def plugin_loss_matrix(
     fn: Callable[[FloatArray, FloatArray], npt.ArrayLike], rows: npt.ArrayLike
 ) -> LossMatrix:
-    """``loss_matrix`` of an operator's plug-in ``fn(theta_batch [b, p], rows [m, w]) -> [m, b]``."""
+    """``loss_matrix`` of an operator's plug-in ``fn(theta_batch [b, p], rows [m, w]) -> [m, b]``.
+
+    A plug-in is arbitrary code and may raise on some rows. It is therefore called ONE ROW AT A TIME, every
+    row once and in order, whatever any call does (a fixed schedule): a row whose call raises, or returns
+    anything but a [1, b] array, gets a NaN column (its gradient counts as 0); no call depends on another's
+    outcome, so the work of a step, and its time, do not depend on which or how many rows fail. (Isolating
+    failing rows by bisecting a failing chunk took 36 calls instead of 1 when one row of 200 000 failed: a
+    noiseless answer, through response time, to "is there a row beyond t?".) The price is one call per row:
+    about 1.1 s per step at n = 200 000 for a small numpy loss, against 0.08 s for one call on all rows;
+    the built-in losses stay vectorised (they turn a bad row into NaN, they never raise).
+    """
     table = np.asarray(rows, dtype=np.float64)
 
     def matrix(points: FloatArray, idx: npt.NDArray[np.intp] | None) -> FloatArray:
         part = table if idx is None else table[idx]
-        out: FloatArray = np.asarray(fn(points.copy(), part.copy()), dtype=np.float64).T
+        b = int(points.shape[0])
+        out: FloatArray = np.full((b, part.shape[0]), np.nan)
+        for i in range(part.shape[0]):  # the fixed schedule: one call per row, whatever the others did
+            try:
+                with np.errstate(all="ignore"):
+                    value = np.asarray(fn(points.copy(), part[i : i + 1].copy()), dtype=np.float64)
+            except Exception:  # noqa: BLE001, S112 - a row may make a plug-in raise: its column stays NaN
+                continue
+            if value.shape == (1, b):
+                out[:, i] = value[0]
         return out
 
     return matrix

@@ -13,40 +13,45 @@ Notation (shapes in brackets)::
                      = L^T W^T: ONE matrix product; a non-finite row (from a NaN / inf loss) is set to 0
     Pi_B(g)  = g min(1, B / |g|)                                                    (line 7)
     g_bar    [d] = (1/n) sum_i Pi_B(g^(i))
-    sigma    = 2 B sqrt(T) / (n mu)                                                  (line 8, Lemma 3.1)
-    released = g_bar + noise(sigma, d)        noise(std, d) -> [d] draws N(0, std^2 I_d)
+    sigma    = 2 B sqrt(T) / (n mu)  (x (1 + g sqrt(d) n / 2B) <= 1 + 2^-20)          (line 8, Lemma 3.1)
+    released = g_bar + N(0, sigma^2 I_d), added EXACTLY (``shared.privacy.lattice``)
 
-``noise`` is a callable so that this module stays pure: production passes a vetted sampler (OpenDP), tests
-pass a seeded numpy one. ``mu = inf`` means no privacy: sigma = 0 and the noise callable is not called.
+Noise, exactly. Line 8's sum is never computed in floating point (``g_bar + z`` would leak g_bar through the
+low-order bits of the result: Jin et al., IEEE S&P 2022). ``step_mechanism`` is the exact Gaussian mechanism
+with sensitivity 2B/n (replace one user: Lemma 3.1), noise multiplier sqrt(T)/mu and a lattice of step
+2^k <= 2^-20 (2B/n) / sqrt(d): g_bar is snapped to the lattice, integer noise is added, and the lattice's
+rounding (<= 2^k sqrt(d) in L2) is added to the sensitivity, so sigma grows by at most 2^-20 of itself and
+each step stays exactly mu/sqrt(T)-GDP. The noise comes from ``rng`` (production: ``os_entropy_rng()``,
+AES-CTR keyed from the OS; tests and benchmarks pass a seeded generator). ``mu = inf`` means no privacy:
+sigma = 0 and the clean average is returned.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from shared.errors import InputDataError
+from shared.privacy.lattice import LatticeGaussian, add_lattice_noise, lattice_gaussian
+from shared.privacy.rng import os_entropy_rng
 
 FloatArray = npt.NDArray[np.float64]
-NoiseFn = Callable[[float, int], npt.ArrayLike]
 
 __all__ = [
-    "NoiseFn",
     "PrivateGradientDiagnostics",
     "clip_rows",
     "noise_std",
     "per_user_gradients",
     "private_gradient",
     "private_gradient_diagnostics",
+    "step_mechanism",
 ]
 
 
-def noise_std(B: float, T: int, n: int, mu: float) -> float:
-    """sigma = 2 B sqrt(T) / (n mu) (Alg. 1 line 8); 0 for mu = inf."""
+def _check(B: float, T: int, n: int, mu: float) -> None:
     if not (math.isfinite(B) and B > 0):
         raise InputDataError(f"clipping bound B must be a finite number > 0, got {B!r}")
     if not isinstance(T, int | np.integer) or isinstance(T, bool) or T < 1:
@@ -55,9 +60,21 @@ def noise_std(B: float, T: int, n: int, mu: float) -> float:
         raise InputDataError(f"n (number of users) must be an integer >= 1, got {n!r}")
     if math.isnan(mu) or mu <= 0:
         raise InputDataError(f"mu (GDP parameter) must be > 0 (inf for no privacy), got {mu!r}")
+
+
+def step_mechanism(B: float, T: int, n: int, mu: float, d: int) -> LatticeGaussian | None:
+    """The exact Gaussian mechanism of one step (None for mu = inf): sensitivity 2B/n of the clipped average
+    (replace one user, Lemma 3.1), noise multiplier sqrt(T)/mu, d entries, each of |value| <= B."""
+    _check(B, T, n, mu)
     if math.isinf(mu):
-        return 0.0
-    return 2.0 * B * math.sqrt(T) / (n * mu)
+        return None
+    return lattice_gaussian(2.0 * B / n, math.sqrt(T) / mu, d, value_bound=B)
+
+
+def noise_std(B: float, T: int, n: int, mu: float, d: int = 1) -> float:
+    """sigma of one step: 2 B sqrt(T) / (n mu) (Alg. 1 line 8) with the lattice's term; 0 for mu = inf."""
+    mechanism = step_mechanism(B, T, n, mu, d)
+    return 0.0 if mechanism is None else mechanism.sigma
 
 
 def per_user_gradients(W: npt.ArrayLike, L: npt.ArrayLike) -> FloatArray:
@@ -106,33 +123,44 @@ class PrivateGradientDiagnostics:
 
 
 def private_gradient_diagnostics(
-    W: npt.ArrayLike, L: npt.ArrayLike, *, B: float, T: int, mu: float, noise: NoiseFn
+    W: npt.ArrayLike,
+    L: npt.ArrayLike,
+    *,
+    B: float,
+    T: int,
+    mu: float,
+    rng: np.random.Generator | None = None,
 ) -> PrivateGradientDiagnostics:
     """Alg. 1 lines 6-8 with every intermediate; see ``private_gradient`` for what may be released."""
     loss = np.asarray(L, dtype=np.float64)
     if loss.ndim != 2 or loss.shape[1] < 1:
         raise InputDataError(f"the loss matrix L must have shape [m, n] with n >= 1, got {loss.shape}")
     n = int(loss.shape[1])
-    sigma = noise_std(B, T, n, mu)
-    G, bad = _per_user_gradients(W, loss)
+    w = np.asarray(W, dtype=np.float64)
+    mechanism = step_mechanism(B, T, n, mu, max(1, int(w.shape[0])) if w.ndim == 2 else 1)
+    G, bad = _per_user_gradients(w, loss)
     n_nonfinite = int(bad.sum())
     Gc = clip_rows(G, B)
     avg: FloatArray = Gc.mean(axis=0)
-    d = int(avg.shape[0])
-    if sigma > 0:
-        z = np.asarray(noise(sigma, d), dtype=np.float64)
-        if z.shape != (d,) or not np.isfinite(z).all():
-            raise InputDataError(f"noise(std, d) must return a finite vector of shape [{d}], got {z.shape}")
-        released = avg + z
-    else:
-        released = avg.copy()
+    if mechanism is None:
+        released, sigma = avg.copy(), 0.0
+    else:  # line 8, exactly: snapped to the lattice, integer noise (never avg + float noise)
+        released = add_lattice_noise(mechanism, avg, rng if rng is not None else os_entropy_rng())
+        sigma = mechanism.sigma
     return PrivateGradientDiagnostics(
         G=G, G_clipped=Gc, n_nonfinite=n_nonfinite, clean_average=avg, sigma=sigma, released=released
     )
 
 
 def private_gradient(
-    W: npt.ArrayLike, L: npt.ArrayLike, *, B: float, T: int, mu: float, noise: NoiseFn
+    W: npt.ArrayLike,
+    L: npt.ArrayLike,
+    *,
+    B: float,
+    T: int,
+    mu: float,
+    rng: np.random.Generator | None = None,
 ) -> FloatArray:
-    """The released noisy clipped average gradient g_t + sigma w_t [d] (Alg. 1 lines 6-8)."""
-    return private_gradient_diagnostics(W, L, B=B, T=T, mu=mu, noise=noise).released
+    """The released noisy clipped average gradient g_t + sigma w_t [d] (Alg. 1 lines 6-8), noise added
+    exactly; ``rng`` None: a fresh OS-keyed AES-CTR generator (production)."""
+    return private_gradient_diagnostics(W, L, B=B, T=T, mu=mu, rng=rng).released
