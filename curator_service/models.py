@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
     false,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -45,6 +46,11 @@ class Population(Base):
     epsilon_budget: Mapped[float]
     delta_budget: Mapped[float]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: The population's one neighbouring relation (migration 0006): per feature, the declared scale at its
+    #: first upload, in that column's raw units: [{"name", "scale", "std", "dataset_id", "column"}]. A later
+    #: dataset's releases are charged in these units (``services.populations``). NULL: built from the
+    #: datasets when the population is next joined (populations made before 0006).
+    reference: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
 
 class Dataset(Base):
@@ -74,6 +80,18 @@ class Dataset(Base):
     #: uploads made before populations existed.
     rows_hash: Mapped[str | None] = mapped_column(String(32))
     column_hashes: Mapped[list[str | None] | None] = mapped_column(JSON)
+    #: Per column, features then the outcome: ``fingerprint.ColumnSignature.to_json()`` (migration 0006);
+    #: NULL for uploads made before, which match by the exact hashes above only.
+    column_signatures: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    #: Per feature: the population's reference units in one of this dataset's scaled units (1: the same
+    #: relation); ``reference_factor`` is their largest. A release is charged as a change of norm
+    #: max(1, reference_factor) sqrt(rows_per_person) in scaled units (``services.releases``).
+    reference_factors: Mapped[list[float] | None] = mapped_column(JSON)
+    reference_factor: Mapped[float] = mapped_column(Double, default=1.0, server_default="1.0")
+    #: Declared: at most this many rows of one person in this dataset (group privacy; default 1).
+    rows_per_person: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    #: The upload contradicted a fingerprint match and the admin declared the people distinct (recorded).
+    acknowledged_distinct_people: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     #: Cached sigma_min of the centred, scaled features (data-dependent, curator-private, immutable).
     sigma_min: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -131,10 +149,16 @@ class LedgerEntry(Base):
         ForeignKey("curator_gradient_oracles.id"), unique=True
     )
     mechanism: Mapped[str] = mapped_column(String(16))
+    #: What the population is charged, in its reference relation (>= the nominal epsilon).
     epsilon: Mapped[float]
     delta: Mapped[float]
+    #: The epsilon the release or oracle was asked for (NULL: as ``epsilon``; migration 0006).
+    nominal_epsilon: Mapped[float | None]
     native: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
+    #: False for a charge without a proven guarantee (Algorithm 1, allow_large_delta, max_norm scaling): the
+    #: population then has no formal guarantee (migration 0006).
+    formal_guarantee: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -106,6 +106,23 @@ def list_populations(session: Session) -> Sequence[Population]:
     return session.scalars(select(Population).order_by(Population.id)).all()
 
 
+def datasets_of_population(session: Session, population_id: int) -> Sequence[Dataset]:
+    return session.scalars(
+        select(Dataset).where(Dataset.population_id == population_id).order_by(Dataset.id)
+    ).all()
+
+
+def smallest_n(session: Session, population_id: int) -> int:
+    """The fewest rows of any dataset of the population (1/n of it bounds the population's total delta)."""
+    value = session.scalar(select(func.min(Dataset.n)).where(Dataset.population_id == population_id))
+    return int(value or 0)
+
+
+def smallest_n_by_population(session: Session) -> dict[int, int]:
+    rows = session.execute(select(Dataset.population_id, func.min(Dataset.n)).group_by(Dataset.population_id))
+    return {int(pid): int(n) for pid, n in rows}
+
+
 def dataset_ids_by_population(session: Session) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for pid, did in session.execute(select(Dataset.population_id, Dataset.id).order_by(Dataset.id)):
@@ -133,6 +150,23 @@ def ledger_totals_by_population(session: Session) -> dict[int, tuple[float, floa
         ).group_by(LedgerEntry.population_id)
     ).all()
     return {int(pid): (float(e), float(d)) for pid, e, d in rows}
+
+
+def population_has_unproven_charge(session: Session, population_id: int) -> bool:
+    """Whether any charge of the population carried no proven guarantee (Algorithm 1, large delta, ...)."""
+    found = session.scalar(
+        select(LedgerEntry.id)
+        .where(LedgerEntry.population_id == population_id, LedgerEntry.formal_guarantee.is_(False))
+        .limit(1)
+    )
+    return found is not None
+
+
+def populations_with_unproven_charges(session: Session) -> set[int]:
+    rows = session.scalars(
+        select(LedgerEntry.population_id).where(LedgerEntry.formal_guarantee.is_(False)).distinct()
+    )
+    return {int(pid) for pid in rows}
 
 
 def get_ledger_entry(session: Session, entry_id: int) -> LedgerEntry | None:
@@ -349,35 +383,44 @@ def pending_repeats(session: Session, source_id: int) -> list[int]:
     return list(session.scalars(stmt.order_by(Query.id)))
 
 
-def _row_totals(population_id: int) -> Select[int, int, int, float | None, int]:
-    """Per (dataset, row): answers, the sum of charged epsilons, and how many were raw (epsilon NULL)."""
-    return (
-        select(
-            OutputCharge.dataset_id.label("dataset_id"),
-            OutputCharge.row_index.label("row_index"),
-            func.count().label("answers"),
-            func.coalesce(func.sum(OutputCharge.epsilon), 0.0).label("epsilon"),
-            (func.count() - func.count(OutputCharge.epsilon)).label("raw"),
-        )
-        .where(OutputCharge.population_id == population_id)
-        .group_by(OutputCharge.dataset_id, OutputCharge.row_index)
-    )
+def _row_totals(
+    population_id: int, partner_id: int | None = None
+) -> Select[int, int, int, float | None, int]:
+    """Per (dataset, row): answers, the sum of charged epsilons, and how many were raw (epsilon NULL); of
+    one partner's answers only, when ``partner_id`` is given."""
+    stmt = select(
+        OutputCharge.dataset_id.label("dataset_id"),
+        OutputCharge.row_index.label("row_index"),
+        func.count().label("answers"),
+        func.coalesce(func.sum(OutputCharge.epsilon), 0.0).label("epsilon"),
+        (func.count() - func.count(OutputCharge.epsilon)).label("raw"),
+    ).where(OutputCharge.population_id == population_id)
+    if partner_id is not None:
+        stmt = stmt.where(OutputCharge.partner_id == partner_id)
+    return stmt.group_by(OutputCharge.dataset_id, OutputCharge.row_index)
 
 
-def row_output_total(session: Session, dataset_id: int, index: int) -> tuple[float, bool]:
-    """(sum of charged epsilons, any raw answer) over the answers about row ``index`` of a dataset."""
-    row = session.execute(
-        select(
-            func.coalesce(func.sum(OutputCharge.epsilon), 0.0),
-            func.count() - func.count(OutputCharge.epsilon),
-        ).where(OutputCharge.dataset_id == dataset_id, OutputCharge.row_index == index)
-    ).one()
+def row_output_total(
+    session: Session, dataset_id: int, index: int, partner_id: int | None = None
+) -> tuple[float, bool]:
+    """(sum of charged epsilons, any raw answer) over the answers about row ``index`` of a dataset (of one
+    partner's answers only, when ``partner_id`` is given)."""
+    stmt = select(
+        func.coalesce(func.sum(OutputCharge.epsilon), 0.0),
+        func.count() - func.count(OutputCharge.epsilon),
+    ).where(OutputCharge.dataset_id == dataset_id, OutputCharge.row_index == index)
+    if partner_id is not None:
+        stmt = stmt.where(OutputCharge.partner_id == partner_id)
+    row = session.execute(stmt).one()
     return float(row[0] or 0.0), int(row[1]) > 0
 
 
-def dataset_output_maxima(session: Session, population_id: int) -> dict[int, tuple[float, bool]]:
-    """Per dataset of the population: (largest row total, any row answered raw)."""
-    rows = _row_totals(population_id).subquery()
+def dataset_output_maxima(
+    session: Session, population_id: int, partner_id: int | None = None
+) -> dict[int, tuple[float, bool]]:
+    """Per dataset of the population: (largest row total, any row answered raw); of one partner's answers
+    only, when ``partner_id`` is given."""
+    rows = _row_totals(population_id, partner_id).subquery()
     stmt = select(rows.c.dataset_id, func.max(rows.c.epsilon), func.max(rows.c.raw)).group_by(
         rows.c.dataset_id
     )
@@ -395,6 +438,11 @@ def output_rows(
         .limit(limit)
     )
     return [(int(d), int(i), int(a), float(e), int(r) > 0) for d, i, a, e, r in session.execute(stmt)]
+
+
+def rows_per_person_by_dataset(session: Session, population_id: int) -> dict[int, int]:
+    stmt = select(Dataset.id, Dataset.rows_per_person).where(Dataset.population_id == population_id)
+    return {int(d): int(k or 1) for d, k in session.execute(stmt)}
 
 
 def output_counts(session: Session, population_id: int) -> dict[str, int]:

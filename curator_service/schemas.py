@@ -14,6 +14,7 @@ from shared.protocol.schemas import (
     PartnerPublic,
     PopulationPublic,
     QueryPublic,
+    ReferenceColumn,
     ReleaseDetail,
     ReleasePublic,
     ScalingInfo,
@@ -51,12 +52,21 @@ def dataset_public(ds: Dataset, population: Population, spent: tuple[float, floa
         delta_budget=population.delta_budget,
         epsilon_spent=spent[0],
         delta_spent=spent[1],
+        rows_per_person=ds.rows_per_person,
+        reference_factor=ds.reference_factor,
+        acknowledged_distinct_people=ds.acknowledged_distinct_people,
         created_at=ds.created_at,
     )
 
 
 def population_public(
-    p: Population, dataset_ids: list[int], spent: tuple[float, float], epsilon_pld: float | None = None
+    p: Population,
+    dataset_ids: list[int],
+    spent: tuple[float, float],
+    epsilon_pld: float | None = None,
+    *,
+    formal: bool = True,
+    smallest_n: int | None = None,
 ) -> PopulationPublic:
     return PopulationPublic(
         id=p.id,
@@ -66,7 +76,13 @@ def population_public(
         delta_budget=p.delta_budget,
         epsilon_spent=spent[0],
         delta_spent=spent[1],
-        epsilon_pld=epsilon_pld,
+        epsilon_pld=epsilon_pld if formal else None,
+        formal_guarantee=formal,
+        smallest_n=smallest_n,
+        reference=[
+            ReferenceColumn(feature=r["name"], scale=float(r["scale"]), dataset_id=int(r["dataset_id"]))
+            for r in (p.reference or [])
+        ],
         created_at=p.created_at,
     )
 
@@ -117,7 +133,8 @@ def partner_public(p: Partner, grants: tuple[list[int], list[int]]) -> PartnerPu
     )
 
 
-def query_public(q: Query | AnsweredQuery) -> QueryPublic:
+def query_public(q: Query | AnsweredQuery, *, admin: bool = False) -> QueryPublic:
+    """A query as its partner sees it, or, with ``admin``, as the curator does (``cached`` set)."""
     return QueryPublic(
         id=q.id,
         release_id=q.release_id,
@@ -129,7 +146,7 @@ def query_public(q: Query | AnsweredQuery) -> QueryPublic:
         created_at=q.created_at,
         completed_at=q.completed_at,
         charged_epsilon=q.charged_epsilon,
-        cached=q.source_query_id is not None,
+        cached=(q.source_query_id is not None) if admin else None,
     )
 
 
@@ -142,6 +159,8 @@ def ledger_entry_public(e: LedgerEntry) -> LedgerEntryPublic:
         mechanism=e.mechanism,
         epsilon=e.epsilon,
         delta=e.delta,
+        nominal_epsilon=e.nominal_epsilon if e.nominal_epsilon is not None else e.epsilon,
+        formal_guarantee=e.formal_guarantee,
         native=e.native,
         status=e.status,  # type: ignore[arg-type]
         created_at=e.created_at,

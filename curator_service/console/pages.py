@@ -19,6 +19,7 @@ from curator_service.console import pages_datasets, pages_partners, pages_querie
 from curator_service.console.common import ADMIN, db_session
 from curator_service.services import datasets as dataset_service
 from curator_service.services import partners as partner_service
+from curator_service.services import populations as population_service
 from curator_service.services import releases as release_service
 from shared.servicekit.console import Console, SignedIn
 from shared.servicekit.console.charts import SVG_MEDIA_TYPE, Bar, budget_chart
@@ -34,8 +35,14 @@ def register(console: Console) -> None:
             releases = release_service.list_releases(s, ADMIN)
             partners, _, _ = partner_service.list_partners(s)
             pending = pages_queries.pending_manual_queries(s)
+            unproven = [
+                p.id
+                for p in population_service.views(s, population_service.list_populations(s))
+                if not p.formal_guarantee
+            ]
         context = {
             "datasets": datasets,
+            "unproven": unproven,
             "n_releases": len(releases),
             "n_partners": len(partners),
             "n_active": sum(1 for p in partners if p.revoked_at is None),

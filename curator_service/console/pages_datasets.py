@@ -97,6 +97,8 @@ def register(console: Console) -> None:
             epsilon_budget=number(form, "epsilon_budget"),
             delta_budget=number(form, "delta_budget"),
             population=text(form, "population"),
+            acknowledge_distinct_people=form.get("acknowledge_distinct_people") is not None,
+            rows_per_person=integer(form, "rows_per_person", "rows per person", default=1) or 1,
         )
         with db_session(request, write=True) as s:
             dataset = dataset_service.create_dataset(

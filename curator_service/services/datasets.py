@@ -15,11 +15,11 @@ from curator_service import repository as repo
 from curator_service.csvparse import ChunkParser, CsvStream, iter_values
 from curator_service.db import Database
 from curator_service.exceptions import InvalidInput, NotFound, PayloadTooLarge
-from curator_service.fingerprint import FingerprintBuilder
+from curator_service.fingerprint import ColumnSignature, FingerprintBuilder, column_signatures
 from curator_service.models import Dataset
 from curator_service.schemas import dataset_public
 from curator_service.services import populations
-from curator_service.services.scaling import parse_scaling, positive_finite
+from curator_service.services.scaling import ScalingSpec, parse_scaling, positive_finite
 from curator_service.storage import ArrayStore
 from shared.protocol.schemas import DatasetPublic
 
@@ -38,10 +38,17 @@ class DatasetUpload:
     delta_budget: float | None = None
     #: Declared population name: datasets of one population share one budget.
     population: str | None = None
+    #: The declared population is right although the fingerprint matches another one's people (recorded).
+    acknowledge_distinct_people: bool = False
+    #: At most this many rows of one person in the dataset (group privacy for releases and outputs).
+    rows_per_person: int = 1
 
 
 DEFAULT_EPSILON_BUDGET = 10.0
-DEFAULT_DELTA_BUDGET = 1e-3
+#: A new population's delta budget is min(DEFAULT_DELTA_BUDGET, 0.1 / n) (``populations``).
+DEFAULT_DELTA_BUDGET = populations.DEFAULT_DELTA_BUDGET
+#: Most rows per person an upload may declare.
+MAX_ROWS_PER_PERSON = 10_000
 
 
 def _split_names(text: str) -> list[str]:
@@ -94,6 +101,11 @@ def _check_upload_params(upload: DatasetUpload) -> None:
         raise InvalidInput(f"delta_budget must lie strictly between 0 and 1, got {upload.delta_budget!r}")
     if upload.population is not None and not (0 < len(upload.population.strip()) <= 200):
         raise InvalidInput("population must be a name of 1 to 200 characters")
+    if isinstance(upload.rows_per_person, bool) or not 1 <= upload.rows_per_person <= MAX_ROWS_PER_PERSON:
+        raise InvalidInput(
+            f"rows_per_person must be an integer from 1 to {MAX_ROWS_PER_PERSON}, "
+            f"got {upload.rows_per_person!r}"
+        )
 
 
 def on_rollback(session: Session, callback: Callable[[], None]) -> None:
@@ -196,13 +208,23 @@ def create_dataset(
 
     on_rollback(session, _remove_files)
     prints = fingerprint.result()
+    signatures = _signatures(
+        store,
+        (feat_rel, feat_sha),
+        None if out_rel is None or out_sha is None else (out_rel, out_sha),
+        feature_names,
+        header[obj_col] if obj_col is not None else None,
+        spec,
+    )
     population, reason = populations.resolve(
         session,
         declared=upload.population.strip() if upload.population else None,
+        acknowledge_distinct_people=upload.acknowledge_distinct_people,
         fingerprint=prints,
+        signatures=signatures,
         epsilon_budget=upload.epsilon_budget,
         delta_budget=upload.delta_budget,
-        default_budget=(DEFAULT_EPSILON_BUDGET, DEFAULT_DELTA_BUDGET),
+        default_epsilon_budget=DEFAULT_EPSILON_BUDGET,
     )
     scaling = {
         "kind": spec.kind,
@@ -231,9 +253,35 @@ def create_dataset(
         population_reason=reason,
         rows_hash=prints.rows,
         column_hashes=prints.columns,
+        column_signatures=[c.to_json() for c in signatures],
+        rows_per_person=int(upload.rows_per_person),
+        acknowledged_distinct_people=bool(upload.acknowledge_distinct_people),
     )
     repo.add(session, dataset)
+    populations.attach_to_reference(session, population, dataset)  # its factors, and the relation's growth
+    session.flush()
     return dataset
+
+
+def _signatures(
+    store: ArrayStore,
+    features: tuple[str, str],
+    outcomes: tuple[str, str] | None,
+    names: list[str],
+    outcome: str | None,
+    spec: ScalingSpec,
+) -> list[ColumnSignature]:
+    """The column signatures of the stored arrays (``fingerprint.column_signatures``): standardising makes
+    them the same for the scaled and the raw values; the standard deviations come back in raw units."""
+    X = store.load(*features)
+    y = store.load(*outcomes) if outcomes is not None else None
+    factors = [1.0] * len(names)
+    if spec.kind == "per_feature" and spec.scales is not None:
+        factors = [float(spec.scales.get(name, 1.0)) for name in names]
+    try:
+        return column_signatures(X, names, factors, y, outcome)
+    finally:
+        del X, y
 
 
 def get_dataset(session: Session, dataset_id: int) -> Dataset:

@@ -44,7 +44,7 @@ from curator_service.exceptions import Conflict, InvalidInput, NotFound
 from curator_service.models import Dataset, GradientOracle, GradientStep, LedgerEntry, Population
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset
-from curator_service.services.releases import fits, large_delta
+from curator_service.services.releases import check_total_delta, fits, large_delta
 from curator_service.storage import ArrayStore
 from shared.bo.gibo.kernels import GradKernel
 from shared.bo.gibo.losses import check_row_independent
@@ -213,13 +213,17 @@ def create_oracle(
         session.expunge(dataset)
     _check_loss(store, dataset, body, plugins)
     epsilon = gdp_epsilon(body.mu, body.delta)
+    # a person with k rows replaces k rows: the clipped average moves k times as far, so the T steps are
+    # (k mu)-GDP for the person (group privacy; Dong, Roth & Su 2022, Theorem 2.7)
+    rows = max(1, int(dataset.rows_per_person or 1))
+    charged = epsilon if rows == 1 else gdp_epsilon(rows * body.mu, body.delta)
     with db.session(write=True) as session:
         dataset = get_dataset(session, dataset_id)
         population = repo.lock_population(session, dataset.population_id)
         assert population is not None
         eps_spent, delta_spent = repo.ledger_totals(session, population.id)
         for name, spent, asked, budget in (
-            ("epsilon", eps_spent, epsilon, population.epsilon_budget),
+            ("epsilon", eps_spent, charged, population.epsilon_budget),
             ("delta", delta_spent, body.delta, population.delta_budget),
         ):
             if not fits(spent, asked, budget):
@@ -229,6 +233,7 @@ def create_oracle(
                     f"{max(0.0, budget - spent):g} left (budget {budget:g}, spent {spent:g}); nothing was "
                     "created"
                 )
+        check_total_delta(session, population, delta_spent, body.delta, allow_large_delta=False)
         oracle = GradientOracle(
             dataset_id=dataset.id,
             loss=body.loss,
@@ -253,9 +258,16 @@ def create_oracle(
             dataset_id=dataset.id,
             gradient_oracle_id=oracle.id,
             mechanism="dp-gibo",
-            epsilon=epsilon,
+            epsilon=charged,
+            nominal_epsilon=epsilon,
             delta=body.delta,
-            native={"kind": "gdp", "mu": body.mu, "steps": body.steps, "clip": body.clip},
+            native={
+                "kind": "gdp",
+                "mu": rows * body.mu,
+                "steps": body.steps,
+                "clip": body.clip,
+                "rows_per_person": rows,
+            },
             status="spent",
         )
         repo.add(session, entry)

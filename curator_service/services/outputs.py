@@ -5,17 +5,21 @@ Laplace noise of scale ``2 (B + R) / epsilon`` is epsilon-DP for the person it i
 (``shared.privacy.ctl``). What this module adds is the bookkeeping that keeps that guarantee true over many
 answers:
 
-* **Every answer about a person is charged to that person**, population-wide: an ``OutputCharge`` per answer
-  (dataset, row), whatever the grant, partner or dataset. Rows are not matched across datasets, so the bound
-  on one person's total is their row's total in this dataset plus, for every other dataset of the
-  population, that dataset's largest row total (a person has at most one row per dataset).
-* **Repeats are cached by default.** Fresh noisy answers about one row could be averaged back to y, so a
-  repeated query of a row under a grant without ``fresh_repeats`` returns the row's first noisy answer (drawn
-  for the same dataset row and the same CTL parameters, by any partner) at no cost. A grant with
-  ``fresh_repeats`` gets fresh noise per play, each charged, and is refused (409, nothing charged) once the
-  person's bound would pass ``max_epsilon_per_row``.
+* **Every answer about a person is charged to that person**: an ``OutputCharge`` per answer (dataset, row,
+  partner). Rows are not matched across datasets, so the bound on one person's total is their row's total in
+  this dataset plus, for every other dataset of the population, that dataset's largest row total; a dataset
+  that declares ``rows_per_person = k`` counts k rows per person (group privacy: the k largest totals are
+  bounded by k times the largest).
+* **Each grant has its own allotment.** A partner's cache and cap concern its own answers only: a repeated
+  query of a row returns *that partner's* first noisy answer (cached, free), and a grant with
+  ``max_epsilon_per_row`` (its per-person allotment) refuses a query (409, nothing charged) when the bound on
+  what *it* has spent on that person (above, over its own answers) would pass the cap. So what a partner is
+  told (an answer, a cached answer, a refusal) depends only on its own queries and the curator's settings,
+  never on another partner's: no partner learns which rows others asked about. The population's ledger
+  adds every grant's spending up, per person (``ledger``).
 * **Raw answers are on the ledger too**: a grant without output privacy discloses y as measured, which makes
   the output epsilon of that person unbounded; the ledger records it (epsilon NULL) and the report says so.
+  It does not stop another partner's private grant (that grant's refusals depend on its own answers only).
 
 Serialisation: admitting a query (cache lookup, cap check, charge) and completing a privatised answer (which
 also completes the cached repeats waiting on it) both lock the population row, so a concurrent repeat either
@@ -99,9 +103,10 @@ class OutputPolicy:
         ctl = self.mechanism
         return OutputPrivacyPublic(**self.as_dict(), clip=ctl.bound, laplace_scale=ctl.scale)
 
-    def key(self, dataset_id: int, index: int) -> str:
-        """Names the privatised answer about row ``index``: repeats with the same key share it."""
-        return f"d{dataset_id}:i{index}:ctl:{self.epsilon!r}:{self.B!r}:{self.R!r}"
+    def key(self, partner_id: int, dataset_id: int, index: int) -> str:
+        """Names a partner's privatised answer about row ``index``: its repeats with the same key share it
+        (another partner's never do: caches are per grant)."""
+        return f"p{partner_id}:d{dataset_id}:i{index}:ctl:{self.epsilon!r}:{self.B!r}:{self.R!r}"
 
 
 def policy_of(partner: Partner | None) -> OutputPolicy | None:
@@ -115,17 +120,19 @@ def public_of(partner: Partner) -> OutputPrivacyPublic | None:
     return None if policy is None else policy.public()
 
 
-def person_bound(session: Session, dataset: Dataset, index: int) -> float:
-    """Bound on the output epsilon spent so far on the person at row ``index`` of ``dataset`` (inf: raw)."""
-    total, raw = repo.row_output_total(session, dataset.id, index)
+def person_bound(session: Session, dataset: Dataset, index: int, partner_id: int | None = None) -> float:
+    """Bound on the output epsilon spent so far on the person at row ``index`` of ``dataset`` (inf: raw), by
+    every partner, or by ``partner_id``'s answers only (a grant's allotment)."""
+    total, raw = repo.row_output_total(session, dataset.id, index, partner_id)
     if raw:
         return math.inf
-    for other_id, (largest, any_raw) in repo.dataset_output_maxima(session, dataset.population_id).items():
-        if other_id == dataset.id:
-            continue
+    rows = repo.rows_per_person_by_dataset(session, dataset.population_id)
+    maxima = repo.dataset_output_maxima(session, dataset.population_id, partner_id)
+    for other_id, (largest, any_raw) in maxima.items():
         if any_raw:
             return math.inf
-        total += largest
+        k = rows.get(other_id, 1)
+        total += (k - 1) * largest if other_id == dataset.id else k * largest
     return total
 
 
@@ -147,7 +154,7 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
         _charge(session, dataset, query, None)
         return
     repo.lock_population(session, dataset.population_id)
-    query.output_key = policy.key(dataset.id, query.row_index)
+    query.output_key = policy.key(partner.id, dataset.id, query.row_index)
     if not policy.fresh_repeats:
         source = repo.first_output_answer(session, query.output_key, exclude_id=query.id)
         if source is not None:
@@ -161,15 +168,14 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
                 session.flush()
             return
     cap = policy.max_epsilon_per_row
-    if cap is not None and person_bound(session, dataset, query.row_index) + policy.charged_epsilon > cap * (
-        1 + _CAP_SLACK
-    ):
+    spent = person_bound(session, dataset, query.row_index, partner.id) if cap is not None else 0.0
+    if cap is not None and spent + policy.charged_epsilon > cap * (1 + _CAP_SLACK):
         raise Conflict(
-            f"the output budget of the person in row {query.row_index} is used up for this grant: "
-            f"max_epsilon_per_row = {cap:g}, and one answer costs {policy.charged_epsilon:.6g} on top of "
-            "what "
-            "was spent on this person already (every answer about them in the population counts). "
-            "Nothing was charged; ask the curator to raise max_epsilon_per_row, or query another row."
+            f"this grant's output allotment for the person in row {query.row_index} is used up: "
+            f"max_epsilon_per_row = {cap:g}, this grant's answers have spent up to {spent:.6g} on them "
+            f"(its answers about this row, and about every row of the same people in the population's other "
+            f"datasets), and one more answer costs {policy.charged_epsilon:.6g}. Nothing was charged; query "
+            "another row."
         )
     query.charged_epsilon = policy.charged_epsilon
     _charge(session, dataset, query, policy.charged_epsilon)
@@ -258,9 +264,11 @@ def _statement(led: OutputLedger, policies: list[OutputPolicy]) -> str:
 
 
 def ledger(session: Session, population_id: int, *, rows: int = LEDGER_ROWS) -> OutputLedger:
-    """The population's output ledger: counts, epsilons per answer, the per-row and per-person totals."""
+    """The population's output ledger: counts, epsilons per answer, the per-row and per-person totals (every
+    partner's answers together; a dataset with k rows per person counts its largest row total k times)."""
     counts = repo.output_counts(session, population_id)
     maxima = repo.dataset_output_maxima(session, population_id)
+    per_person = repo.rows_per_person_by_dataset(session, population_id)
     unbounded = any(raw for _, raw in maxima.values())
     largest_row = max((m for m, _ in maxima.values()), default=0.0)
     led = OutputLedger(
@@ -269,7 +277,9 @@ def ledger(session: Session, population_id: int, *, rows: int = LEDGER_ROWS) -> 
         answers_raw=counts["raw"],
         epsilon_per_answer=repo.output_epsilons(session, population_id),
         largest_row_total=None if unbounded else largest_row,
-        largest_person_total=None if unbounded else sum(m for m, _ in maxima.values()),
+        largest_person_total=None
+        if unbounded
+        else sum(per_person.get(d, 1) * m for d, (m, _) in maxima.items()),
         unbounded=unbounded,
         statement="",
         rows=[

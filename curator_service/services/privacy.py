@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.models import Dataset
-from curator_service.services import outputs
+from curator_service.services import outputs, populations
 from curator_service.services.datasets import get_dataset
 from curator_service.services.releases import fits, large_delta
 from curator_service.services.scaling import covered_changes, scaling_public
@@ -58,6 +58,19 @@ def guarantee_statement(dataset: Dataset, cal: GaussianCalibration, features: li
             "formal guarantee holds for its releases."
         )
     return text
+
+
+def relation_statement(dataset: Dataset, factor: float, charged: float) -> str:
+    """What the release costs the population when its relation spans more than this dataset's unit."""
+    if factor <= 1.0:
+        return ""
+    return (
+        f" Its population's budget is denominated in the population's own relation (the scales of the "
+        f"upload that introduced each feature) and per person: one person can change this dataset's scaled "
+        f"rows by a norm of up to {factor:.3g} (reference factor {dataset.reference_factor:.3g}, "
+        f"{dataset.rows_per_person} row(s) per person), so a release at this epsilon is charged epsilon "
+        f"{charged:.4g}."
+    )
 
 
 def outcomes_statement(dataset: Dataset) -> str:
@@ -118,12 +131,37 @@ def privacy_report(
     table = privacy_table(sigma_min, epsilon, delta, r_max)
     feasible = [r for r, _, ok in table if ok]
     cal = calibrate(epsilon, delta, dataset.d)
+    factors = list(dataset.reference_factors or [1.0] * dataset.d)
     features = [
-        FeatureProtection(feature=name, scale=scale, covered_change=change)
-        for name, scale, change in covered_changes(dataset.scaling, list(dataset.features))
+        FeatureProtection(feature=name, scale=scale, covered_change=change, reference_change=scale * c)
+        for (name, scale, change), c in zip(
+            covered_changes(dataset.scaling, list(dataset.features)), factors, strict=True
+        )
     ]
+    factor = populations.charge_factor(dataset)
+    charged = epsilon if factor <= 1.0 else max(epsilon, epsilon_for_change(cal, factor))
+    population_formal = populations.formal_guarantee(session, population.id)
+    n_min = populations.smallest_n(session, population.id) or dataset.n
     big_delta = large_delta(delta, dataset.n)
     warnings: list[str] = []
+    if factor > 1.0:
+        warnings.append(
+            f"A release of this dataset is charged epsilon {charged:.4g} for epsilon {epsilon:g}: one person "
+            f"can change its scaled rows by a norm of up to {factor:.3g} in its population's relation "
+            f"(reference factor {dataset.reference_factor:.3g}, {dataset.rows_per_person} row(s) per person)."
+        )
+    if not population_formal:
+        warnings.append(
+            f"Population {population.id} holds a charge without a proven guarantee (a po-gp-ucb, "
+            "allow_large_delta or max_norm release): its people have no formal guarantee any more, whatever "
+            "later releases do."
+        )
+    if not big_delta and large_delta(delta_spent + delta, n_min):
+        warnings.append(
+            f"delta adds up: the population has spent delta {delta_spent:g}, and this release would take it "
+            f"to {delta_spent + delta:g}, not below 1/n = {1.0 / n_min:.3g}; a release needs "
+            "allow_large_delta and then carries no formal guarantee."
+        )
     if big_delta:
         warnings.append(
             f"delta = {delta:g} is not below 1/n = {1.0 / dataset.n:.3g}: a mechanism that publishes one "
@@ -132,9 +170,10 @@ def privacy_report(
         )
     if dataset.scaling["kind"] == "max_norm":
         warnings.append("max_norm scaling is computed from the data: releases carry no formal guarantee.")
-    if not fits(eps_spent, epsilon, population.epsilon_budget) or not fits(
+    fits_budget = fits(eps_spent, charged, population.epsilon_budget) and fits(
         delta_spent, delta, population.delta_budget
-    ):
+    )
+    if not fits_budget:
         warnings.append("a release at these parameters does not fit in the population's budget left")
     return PrivacyReport(
         dataset_id=dataset.id,
@@ -144,9 +183,13 @@ def privacy_report(
         n=dataset.n,
         d=dataset.d,
         mechanism="gaussian",
-        formal_guarantee=dataset.formal_guarantee and not big_delta,
+        formal_guarantee=dataset.formal_guarantee and not big_delta and population_formal,
+        population_formal_guarantee=population_formal,
+        charge_factor=factor,
+        charged_epsilon=charged,
+        rows_per_person=dataset.rows_per_person,
         noise_std=cal.sigma,
-        guarantee=guarantee_statement(dataset, cal, features),
+        guarantee=guarantee_statement(dataset, cal, features) + relation_statement(dataset, factor, charged),
         features=features,
         larger_changes=[
             GuaranteeAtChange(change=c, epsilon=epsilon_for_change(cal, c)) for c in LARGER_CHANGES
@@ -162,8 +205,7 @@ def privacy_report(
         delta_spent=delta_spent,
         epsilon_left=max(0.0, population.epsilon_budget - eps_spent),
         delta_left=max(0.0, population.delta_budget - delta_spent),
-        fits_budget=fits(eps_spent, epsilon, population.epsilon_budget)
-        and fits(delta_spent, delta, population.delta_budget),
+        fits_budget=fits_budget,
         scaling=scaling_public(dataset.scaling),  # type: ignore[arg-type]
         output=output_ledger,
     )

@@ -6,13 +6,22 @@ Mechanisms (``ReleaseCreate.mechanism``):
   moving by norm <= 1 in scaled units; its ledger charge records the noise multiplier.
 * ``po-gp-ucb``: the paper's Algorithm 1 (``shared.privacy.po_gp_ucb``), served only with
   ``acknowledge_no_guarantee``; its record says ``formal_guarantee: false``.
+
+What the population is charged. A Gaussian release is (1/z)-GDP for a change of norm 1 in the dataset's
+scaled units; one person's largest change in the population's relation is a change of norm
+c = max(1, reference factor) sqrt(rows_per_person) (``populations.charge_factor``), for which the release is
+(c/z)-GDP: the ledger charges ``epsilon_for_change(c)`` at the release's delta (epsilon itself when c = 1)
+and records the noise multiplier z / c. A release without a guarantee (Algorithm 1, ``allow_large_delta``,
+``max_norm`` data) is charged its nominal epsilon as a label and turns the population's
+``formal_guarantee`` false. delta adds up: the population's total (spent plus asked) must stay below
+1 / n for the smallest n of its datasets, unless the release sends ``allow_large_delta``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,10 +32,11 @@ from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 from curator_service.models import Dataset, LedgerEntry, Population, Release, utcnow
+from curator_service.services import populations
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset
 from curator_service.storage import ArrayStore
-from shared.privacy.gaussian import GaussianCalibration, calibrate, gaussian_release
+from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change, gaussian_release
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import ReleaseCreate
@@ -54,6 +64,8 @@ class _Plan:
     calibration: GaussianCalibration | None  # gaussian only
     native: dict[str, Any] | None  # the ledger's native parameters
     formal_guarantee: bool
+    charged_epsilon: float  # what the population pays, in its relation (>= params.epsilon)
+    factor: float  # the change of norm one person can make, in the dataset's scaled units
 
 
 def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
@@ -74,7 +86,7 @@ def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
             'Choose delta < 1/n (e.g. 1/n^2), or send "allow_large_delta": true to release anyway (recorded).'
         )
     if params.mechanism == "po-gp-ucb":
-        return _Plan(calibration=None, native=None, formal_guarantee=False)
+        return _Plan(None, None, formal_guarantee=False, charged_epsilon=params.epsilon, factor=1.0)
     if params.r is not None and params.r >= dataset.d:
         raise InvalidInput(
             f"r = {params.r} is not below d = {dataset.d}: a Gaussian release projects only to fewer "
@@ -82,14 +94,63 @@ def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
             "features"
         )
     cal = calibrate(params.epsilon, params.delta, dataset.d)
+    factor = populations.charge_factor(dataset)
+    charged = params.epsilon if factor <= 1.0 else max(params.epsilon, epsilon_for_change(cal, factor))
     native = {
         "kind": "gaussian",
-        "noise_multiplier": cal.noise_multiplier,
+        "noise_multiplier": cal.noise_multiplier / factor,  # in the population's relation
         "sensitivity": cal.sensitivity,
         "sigma": cal.sigma,
+        "charge_factor": factor,
     }
     formal = dataset.formal_guarantee and not large_delta(params.delta, dataset.n)
-    return _Plan(calibration=cal, native=native, formal_guarantee=formal)
+    return _Plan(cal, native, formal_guarantee=formal, charged_epsilon=charged, factor=factor)
+
+
+def _why_charged(dataset: Dataset, plan: _Plan, asked: float) -> str:
+    """Why a release costs more than its epsilon (empty when it does not)."""
+    if plan.charged_epsilon <= asked * (1 + BUDGET_RTOL):
+        return ""
+    reasons = []
+    if (dataset.reference_factor or 1.0) > 1.0:
+        reasons.append(
+            f"dataset {dataset.id}'s declared scales are coarser than its population's relation (one of its "
+            f"scaled units spans up to {dataset.reference_factor:.3g} of the population's: "
+            + ", ".join(
+                f"{name} {c:.3g}x"
+                for name, c in zip(dataset.features, dataset.reference_factors or [], strict=False)
+                if c > 1.0
+            )
+            + ")"
+        )
+    if dataset.rows_per_person > 1:
+        reasons.append(f"a person may have {dataset.rows_per_person} rows (a change of norm sqrt(k))")
+    return (
+        f" (a release at epsilon {asked:g} costs epsilon {plan.charged_epsilon:.4g} here: "
+        + "; ".join(reasons)
+        + ")"
+    )
+
+
+def check_total_delta(
+    session: Session, population: Population, spent: float, asked: float, allow_large_delta: bool
+) -> bool:
+    """Refuse (409) a charge that would take the population's total delta to 1/n or more (n: the smallest
+    dataset of the population), unless ``allow_large_delta``: deltas add up, and at 1/n the guarantee
+    protects nobody in particular. Returns whether the total stays below 1/n (False: allowed, without a
+    guarantee)."""
+    n = repo.smallest_n(session, population.id)
+    if n <= 0 or not large_delta(spent + asked, n):
+        return True
+    if allow_large_delta:
+        return False
+    raise Conflict(
+        f"delta adds up: {_budget_label(session, population)} has spent delta {spent:g}, and this charge's "
+        f"{asked:g} would take its total to {spent + asked:g}, not below 1/n = {1.0 / n:.3g} (n = {n}, its "
+        "smallest dataset). Choose a smaller delta (the population has "
+        f"{max(0.0, 1.0 / n - spent):.3g} left below 1/n), or send allow_large_delta: true to release anyway "
+        "(recorded; the population then has no formal guarantee). Nothing was released."
+    )
 
 
 def _budget_label(session: Session, population: Population) -> str:
@@ -109,23 +170,29 @@ def _reserve(
         assert population is not None
         eps_spent, delta_spent = repo.ledger_totals(session, population.id)
         for name, spent, asked, budget in (
-            ("epsilon", eps_spent, params.epsilon, population.epsilon_budget),
+            ("epsilon", eps_spent, plan.charged_epsilon, population.epsilon_budget),
             ("delta", delta_spent, params.delta, population.delta_budget),
         ):
             if not fits(spent, asked, budget):
+                why = _why_charged(dataset, plan, params.epsilon) if name == "epsilon" else ""
                 raise Conflict(
-                    f"privacy budget exceeded: this release needs {name}={asked:g} but "
+                    f"privacy budget exceeded: this release needs {name}={asked:g}{why} but "
                     f"{_budget_label(session, population)} has {name} {max(0.0, budget - spent):g} left "
                     f"(budget {budget:g}, spent {spent:g}); nothing was released"
                 )
+        below = check_total_delta(session, population, delta_spent, params.delta, params.allow_large_delta)
+        if not below:  # allowed past 1/n: recorded, and without a guarantee
+            plan = replace(plan, formal_guarantee=False)
         entry = LedgerEntry(
             population_id=population.id,
             dataset_id=dataset_id,
             mechanism=params.mechanism,
-            epsilon=params.epsilon,
+            epsilon=plan.charged_epsilon,
+            nominal_epsilon=params.epsilon,
             delta=params.delta,
             native=plan.native,
             status="reserved",
+            formal_guarantee=plan.formal_guarantee,
         )
         repo.add(session, entry)
         session.commit()  # deliberate: the reservation is the lock-free part of the check-and-spend

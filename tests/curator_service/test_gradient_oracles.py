@@ -116,8 +116,10 @@ async def test_creation_charges_the_whole_gdp_cost_to_the_ledger(client: httpx.A
 async def test_what_would_break_the_guarantee_is_refused_at_creation(client: httpx.AsyncClient) -> None:
     X, y = _labelled()
     dataset = await _dataset(client, X, y)
-    scaled = await _dataset(client, X * 1.01, y, scaling="max_norm:1", population="scaled")
-    manual = await _dataset(client, X * 1.02, None, population="manual")
+    # the same people in other units: they join the first upload's population (issue 31)
+    scaled = await _dataset(client, X * 1.01, y, scaling="max_norm:1")
+    manual = await _dataset(client, X * 1.02, None)
+    assert scaled["population_id"] == manual["population_id"] == dataset["population_id"]
     cases = [
         (scaled["id"], {}, "max_norm"),
         (dataset["id"], {"dimension": D + 1}, "dimension"),
@@ -152,7 +154,7 @@ async def test_what_would_break_the_guarantee_is_refused_at_creation(client: htt
         if needle:
             assert needle in json.dumps(response.json()), (needle, response.text)
     # logistic-regression over a column that is not 0/1
-    cont = await _dataset(client, X * 1.03, X[:, 0], population="continuous")
+    cont = await _dataset(client, X * 1.03, X[:, 0])  # the same people again: their population
     response = await _oracle(client, cont["id"])
     assert response.status_code == 422 and "0/1" in response.text
     assert (await client.get("/v1/gradient-oracles", headers=ADMIN)).json()["count"] == 1

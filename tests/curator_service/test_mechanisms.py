@@ -88,8 +88,21 @@ async def test_delta_at_or_above_one_over_n_needs_an_explicit_override(client: h
     )
     assert ok.status_code == 201
     assert ok.json()["allow_large_delta"] is True and ok.json()["formal_guarantee"] is False
-    fine = await client.post(
+    # the population has lost its guarantee everywhere it is shown (issue 31)
+    view = (await client.get(f"/v1/datasets/{ds}/ledger", headers=ADMIN)).json()
+    assert view["formal_guarantee"] is False and view["epsilon_pld"] is None and view["smallest_n"] == 50
+    assert view["entries"][0]["formal_guarantee"] is False
+    # deltas add up: with 0.02 spent, another 0.0199 takes the population's total past 1/n
+    more = await client.post(
         f"/v1/datasets/{ds}/releases", headers=ADMIN, json={"epsilon": 1.0, "delta": 0.0199}
+    )
+    assert more.status_code == 409 and "delta adds up" in more.json()["detail"], more.text
+    assert "not below 1/n = 0.02 (n = 50" in more.json()["detail"]
+    # just below 1/n on a population of its own: a release with a guarantee
+    other = np.random.default_rng(5).normal(size=(50, 3)) + 0.321
+    fresh = (await upload(client, make_csv(other), delta_budget=0.5)).json()["id"]
+    fine = await client.post(
+        f"/v1/datasets/{fresh}/releases", headers=ADMIN, json={"epsilon": 1.0, "delta": 0.0199}
     )
     assert fine.status_code == 201 and fine.json()["formal_guarantee"] is True
 
@@ -124,6 +137,7 @@ async def test_ledger_keeps_native_parameters_and_a_tighter_composition(world: W
         "noise_multiplier": pytest.approx(cal.noise_multiplier, rel=1e-12),
         "sensitivity": pytest.approx(cal.sensitivity, rel=1e-12),
         "sigma": pytest.approx(world.release["noise_std"], rel=1e-12),
+        "charge_factor": 1.0,
     }
     assert two["native"]["noise_multiplier"] == pytest.approx(calibrate(2.0, 1e-5, 6).noise_multiplier)
     assert ledger["epsilon_spent"] == 3.0 and ledger["delta_spent"] == pytest.approx(2e-5)
@@ -168,9 +182,10 @@ async def test_privacy_report_states_the_guarantee_in_the_curators_units(client:
     assert report["mechanism"] == "gaussian" and report["formal_guarantee"] is True
     assert report["noise_std"] == pytest.approx(calibrate(1.0, 1e-5, 2).sigma)
     assert report["features"] == [
-        {"feature": "age", "scale": 0.4, "covered_change": 0.4},
-        {"feature": "bp", "scale": 1.0, "covered_change": 1.0},
+        {"feature": "age", "scale": 0.4, "covered_change": 0.4, "reference_change": 0.4},
+        {"feature": "bp", "scale": 1.0, "covered_change": 1.0, "reference_change": 1.0},
     ]
+    assert report["charge_factor"] == 1.0 and report["charged_epsilon"] == 1.0
     assert "age alone by up to 0.4, bp alone by up to 1" in report["guarantee"]
     changes = report["larger_changes"]
     assert changes[0] == {"change": 1.0, "epsilon": pytest.approx(1.0, rel=1e-6)}

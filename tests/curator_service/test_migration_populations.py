@@ -27,6 +27,8 @@ def test_models_match_the_migrated_schema(app: Any) -> None:
 
 async def test_upgrade_moves_budgets_to_one_population_per_dataset(world: World, app: Any) -> None:
     ds = world.dataset["id"]
+    delta_budget = world.dataset["delta_budget"]  # the default: min(1e-3, 0.1 / n)
+    assert delta_budget == min(1e-3, 0.1 / world.dataset["n"])
     alg1 = await world.client.post(
         f"/v1/datasets/{ds}/releases",
         headers=ADMIN,
@@ -45,7 +47,7 @@ async def test_upgrade_moves_budgets_to_one_population_per_dataset(world: World,
     with db.engine.connect() as conn:
         budgets = conn.execute(text("SELECT id, epsilon_budget, delta_budget FROM curator_datasets")).all()
         lifts = conn.execute(text("SELECT lift, omega FROM curator_releases ORDER BY id")).all()
-    assert [tuple(b) for b in budgets] == [(ds, 5.0, 1e-3)]  # the population's budget, back on the dataset
+    assert [tuple(b) for b in budgets] == [(ds, 5.0, delta_budget)]  # the population's, back on the dataset
     assert [row[0] for row in lifts] == ["auto", "auto"]  # the Gaussian release got neutral values
     upgrade(db.engine)
     with db.engine.connect() as conn:
@@ -55,7 +57,7 @@ async def test_upgrade_moves_budgets_to_one_population_per_dataset(world: World,
         (pid,) = conn.execute(text("SELECT population_id FROM curator_datasets")).one()
         releases = conn.execute(text("SELECT mechanism, formal_guarantee FROM curator_releases")).all()
         ledger = conn.execute(text("SELECT population_id, mechanism FROM curator_ledger_entries")).all()
-    assert [tuple(p) for p in pops] == [(pid, None, 5.0, 1e-3)]
+    assert [tuple(p) for p in pops] == [(pid, None, 5.0, delta_budget)]
     # releases made before 0003 were the paper's Algorithm 1: no formal guarantee
     assert [tuple(r) for r in releases] == [("po-gp-ucb", False), ("po-gp-ucb", False)]
     assert [tuple(e) for e in ledger] == [(pid, "po-gp-ucb"), (pid, "po-gp-ucb")]

@@ -100,7 +100,7 @@ async def test_answers_are_privatised_and_raw_y_appears_nowhere_a_partner_can_re
         response = await _ask(world.client, rid, token, i)
         assert response.status_code == 201, response.text
         q = response.json()
-        assert q["status"] == "complete" and q["cached"] is False
+        assert q["status"] == "complete" and q["cached"] is None  # never told to a partner
         assert q["charged_epsilon"] == pytest.approx(partner["output_privacy"]["charged_epsilon"])
         answers[q["id"]] = q
     raw = {repr(float(world.y[i])) for i in range(6)}
@@ -131,20 +131,25 @@ async def test_store_raw_keeps_the_measurement_for_the_curator_only(world: World
     assert repr(float(world.y[4])) not in served
 
 
-async def test_repeats_return_the_cached_answer_free(world: World) -> None:
+async def test_repeats_return_the_partners_own_cached_answer_free(world: World) -> None:
     a = await _partner(world.client, [world.release["id"]], **OP)
     b = await _partner(world.client, [world.release["id"]], **OP)  # another partner, the same CTL parameters
     first = (await _ask(world.client, world.release["id"], a["token"], 9)).json()
     again = (await _ask(world.client, world.release["id"], a["token"], 9)).json()
     other = (await _ask(world.client, world.release["id"], b["token"], 9)).json()
-    assert again["y"] == first["y"] == other["y"]  # averaging fresh answers would recover y
-    assert (again["cached"], again["charged_epsilon"], other["cached"]) == (True, 0.0, True)
+    assert again["y"] == first["y"]  # averaging a partner's fresh answers would recover y
+    assert again["charged_epsilon"] == 0.0 and first["charged_epsilon"] > 0
+    # caches are per grant: b's answer tells b nothing about whether a asked (issue 31): its own, charged
+    assert other["y"] != first["y"] and other["charged_epsilon"] == first["charged_epsilon"]
+    assert first["cached"] is again["cached"] is other["cached"] is None  # partners never see the flag
+    admin_view = (await world.client.get(f"/v1/queries/{again['id']}", headers=ADMIN)).json()
+    assert admin_view["cached"] is True
     led = await _ledger(world.client, world.dataset["population_id"])
-    assert led["answers_privatised"] == 1 and led["answers_cached"] == 2 and led["answers_raw"] == 0
+    assert led["answers_privatised"] == 2 and led["answers_cached"] == 1 and led["answers_raw"] == 0
     assert led["rows"] == [
-        {"dataset_id": world.dataset["id"], "index": 9, "answers": 1, "epsilon": first["charged_epsilon"]}
+        {"dataset_id": world.dataset["id"], "index": 9, "answers": 2, "epsilon": 2 * first["charged_epsilon"]}
     ]
-    assert led["largest_person_total"] == pytest.approx(first["charged_epsilon"])
+    assert led["largest_person_total"] == pytest.approx(2 * first["charged_epsilon"])
     assert led["unbounded"] is False
 
 
@@ -204,7 +209,9 @@ async def test_raw_and_private_partners_query_one_release_at_once(world: World) 
     assert verify["ok"] and verify["entries"] == 40
 
 
-async def test_the_cap_counts_every_dataset_of_the_population(client: httpx.AsyncClient) -> None:
+async def test_the_cap_counts_every_dataset_of_the_population_for_its_own_grant(
+    client: httpx.AsyncClient,
+) -> None:
     X, y = synthetic(n=40, d=3)
     charge = CTL(**OP).charged_epsilon
     ids = []
@@ -217,16 +224,21 @@ async def test_the_cap_counts_every_dataset_of_the_population(client: httpx.Asyn
         )
         ids.append((ds, rel.json()))
     assert ids[0][0]["population_id"] == ids[1][0]["population_id"]
-    a = await _partner(client, [ids[0][1]["id"]], **OP, fresh_repeats=True, max_epsilon_per_row=10)
+    both = [ids[0][1]["id"], ids[1][1]["id"]]
+    a = await _partner(client, both, **OP, fresh_repeats=True, max_epsilon_per_row=3.5 * charge)
     for _ in range(2):
         assert (await _ask(client, ids[0][1]["id"], a["token"], 0)).status_code == 201
-    # Rows are not matched across datasets: anyone in visit-2 may be row 0 of visit-1 (2 answers spent).
-    b = await _partner(client, [ids[1][1]["id"]], **OP, fresh_repeats=True, max_epsilon_per_row=3.5 * charge)
-    assert (await _ask(client, ids[1][1]["id"], b["token"], 17)).status_code == 201
-    assert (await _ask(client, ids[1][1]["id"], b["token"], 17)).status_code == 409  # 2 + 2 > 3.5
+    # Rows are not matched across datasets: anyone in visit-2 may be row 0 of visit-1 (2 of a's answers)
+    assert (await _ask(client, ids[1][1]["id"], a["token"], 17)).status_code == 201
+    refused = await _ask(client, ids[1][1]["id"], a["token"], 17)  # 2 + 2 > 3.5
+    assert refused.status_code == 409 and "this grant's output allotment" in refused.json()["detail"]
+    # another grant's allotment is its own: what a spent never refuses b (b learns nothing about a)
+    b = await _partner(client, both, **OP, fresh_repeats=True, max_epsilon_per_row=3.5 * charge)
+    got = [(await _ask(client, ids[1][1]["id"], b["token"], 17)).status_code for _ in range(4)]
+    assert got == [201, 201, 201, 409]
     led = await _ledger(client, ids[0][0]["population_id"])
-    assert led["largest_row_total"] == pytest.approx(2 * charge)
-    assert led["largest_person_total"] == pytest.approx(3 * charge)  # 2 (visit-1) + 1 (visit-2)
+    assert led["largest_row_total"] == pytest.approx(4 * charge)  # row 17 of visit-2: 1 (a) + 3 (b)
+    assert led["largest_person_total"] == pytest.approx(6 * charge)  # 2 (visit-1) + 4 (visit-2)
 
 
 async def test_raw_answers_make_the_output_epsilon_unbounded(world: World) -> None:
@@ -243,12 +255,14 @@ async def test_raw_answers_make_the_output_epsilon_unbounded(world: World) -> No
         f"/v1/datasets/{world.dataset['id']}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5}
     )
     assert report.status_code == 200 and report.json()["output"]["unbounded"] is True
-    # a capped grant cannot promise a bound for a person whose outcome left raw
+    # a capped grant's allotment counts its own answers: another partner's raw answer about row 1 refuses
+    # it nothing (a refusal would tell it which rows others asked about); the ledger stays unbounded
     capped = await _partner(
         world.client, [world.release["id"]], **OP, fresh_repeats=True, max_epsilon_per_row=5
     )
-    assert (await _ask(world.client, world.release["id"], capped["token"], 1)).status_code == 409
+    assert (await _ask(world.client, world.release["id"], capped["token"], 1)).status_code == 201
     assert (await _ask(world.client, world.release["id"], capped["token"], 2)).status_code == 201
+    assert (await _ledger(world.client, world.dataset["population_id"]))["unbounded"] is True
 
 
 async def test_manual_dataset_privatises_the_posted_value(client: httpx.AsyncClient) -> None:
@@ -262,7 +276,8 @@ async def test_manual_dataset_privatises_the_posted_value(client: httpx.AsyncCli
     partner = await _partner(client, [rel["id"]], **OP)
     first = (await _ask(client, rel["id"], partner["token"], 3)).json()
     repeat = (await _ask(client, rel["id"], partner["token"], 3)).json()
-    assert first["status"] == repeat["status"] == "pending" and repeat["cached"] is True
+    assert first["status"] == repeat["status"] == "pending" and repeat["cached"] is None
+    assert (await client.get(f"/v1/queries/{repeat['id']}", headers=ADMIN)).json()["cached"] is True
     refused = await client.post(f"/v1/queries/{repeat['id']}/result", headers=ADMIN, json={"y": 1.25})
     assert refused.status_code == 409 and f"query {first['id']}" in refused.json()["detail"]
     posted = await client.post(f"/v1/queries/{first['id']}/result", headers=ADMIN, json={"y": 1.25})

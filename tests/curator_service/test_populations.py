@@ -8,6 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
+from shared.privacy.gaussian import calibrate, epsilon_for_change
 from tests.curator_service.conftest import ADMIN, make_csv, synthetic, upload
 
 pytestmark = pytest.mark.anyio
@@ -106,3 +107,253 @@ async def test_population_field_is_validated(client: httpx.AsyncClient) -> None:
     r = await upload(client, make_csv(X), population="x" * 201)
     assert r.status_code == 422 and "population" in r.json()["detail"]
     assert (await client.get("/v1/populations/99", headers=ADMIN)).status_code == 404
+
+
+# ------------------------------------------------------------------------------------- issue 31: accidents
+
+
+def _cohort(n: int = 300, seed: int = 31) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Columns a hospital would have: age in years, systolic pressure, a lab value; and an outcome."""
+    rng = np.random.default_rng(seed)
+    age = rng.integers(18, 90, n).astype(float)
+    bp = np.round(rng.normal(125, 15, n), 1)
+    lab = np.round(rng.lognormal(4.5, 0.3, n), 2)
+    y = np.round(0.3 * age - 0.1 * bp + rng.normal(0, 5, n), 3)
+    return np.column_stack([age, bp, lab]), y, ["age_years", "bp", "lab"]
+
+
+@pytest.mark.parametrize(
+    "accident",
+    ["declared-name", "one-ulp", "overlapping-columns", "months", "shuffled-renamed", "outcome-only"],
+)
+async def test_every_accident_lands_in_the_original_population(
+    client: httpx.AsyncClient, accident: str
+) -> None:
+    X, y, names = _cohort()
+    first = (await upload(client, make_csv(X, y, names=names), objective="outcome")).json()
+    perm = np.random.default_rng(0).permutation(len(y))
+    if accident == "declared-name":  # the same upload, with a population name of its own
+        r = await upload(client, make_csv(X, y, names=names), objective="outcome", population="ward 9")
+        assert r.status_code == 409, r.text
+        detail = r.json()["detail"]
+        assert f"population {first['population_id']}" in detail and "acknowledge_distinct_people" in detail
+        assert (await client.get("/v1/populations", headers=ADMIN)).json()["count"] == 1  # nothing stored
+        return
+    if accident == "one-ulp":
+        Z = X.copy()
+        Z[17, 1] = np.nextafter(Z[17, 1], np.inf)
+        again = await upload(client, make_csv(Z, y, names=names), objective="outcome")
+    elif accident == "overlapping-columns":  # {age, bp, lab} then {bp, lab, heart rate}
+        hr = np.random.default_rng(1).normal(70, 9, len(y)).round(1)
+        again = await upload(client, make_csv(np.column_stack([X[:, 1:], hr]), names=["bp", "lab", "hr"]))
+    elif accident == "months":
+        Z = X.copy()
+        Z[:, 0] *= 12.0
+        again = await upload(client, make_csv(Z, names=["age_months", "bp", "lab"]))
+    elif accident == "shuffled-renamed":
+        again = await upload(client, make_csv(X[perm][:, ::-1], names=["c", "b", "a"]))
+    else:  # the same outcomes, with other features (unrelated noise columns)
+        other = np.random.default_rng(2).normal(size=(len(y), 2))
+        again = await upload(client, make_csv(other[perm], y[perm]), objective="outcome")
+    assert again.status_code == 201, again.text
+    body = again.json()
+    assert body["population_id"] == first["population_id"], body["population_reason"]
+    assert body["population_reason"].startswith("these rows")
+
+
+async def test_a_declared_population_that_contradicts_a_match_needs_an_acknowledgement(
+    client: httpx.AsyncClient,
+) -> None:
+    X, y, names = _cohort(seed=32)
+    first = (
+        await upload(client, make_csv(X, y, names=names), objective="outcome", population="ward 1")
+    ).json()
+    again = await upload(client, make_csv(X, y, names=names), objective="outcome", population="ward 1")
+    assert again.status_code == 201 and again.json()["population_id"] == first["population_id"]
+    refused = await upload(client, make_csv(X, names=names), population="ward 2")
+    assert refused.status_code == 409 and "'ward 1'" in refused.json()["detail"]
+    no_name = await upload(client, make_csv(X, names=names), acknowledge_distinct_people="true")
+    assert no_name.status_code == 422 and "needs a declared population" in no_name.json()["detail"]
+    accepted = await upload(
+        client, make_csv(X, names=names), population="ward 2", acknowledge_distinct_people="true"
+    )
+    assert accepted.status_code == 201, accepted.text
+    body = accepted.json()
+    assert body["population_id"] != first["population_id"] and body["acknowledged_distinct_people"] is True
+    assert "declared distinct from population" in body["population_reason"]
+
+
+async def test_mixed_scalings_are_charged_in_the_populations_relation(client: httpx.AsyncClient) -> None:
+    """Issue 31, Why 2: one population, age declared at 1 year (the reference) and then at 0.01 years."""
+    X, y, names = _cohort(seed=33)
+    coarse = (
+        await upload(client, make_csv(X, names=names), scaling='{"age_years": 1}', epsilon_budget=50)
+    ).json()
+    fine = (await upload(client, make_csv(X, names=names), scaling='{"age_years": 0.01}')).json()
+    assert fine["population_id"] == coarse["population_id"] and fine["reference_factor"] == pytest.approx(100)
+    assert coarse["reference_factor"] == 1.0
+    population = (await client.get(f"/v1/populations/{coarse['population_id']}", headers=ADMIN)).json()
+    assert [(r["feature"], r["scale"]) for r in population["reference"]] == [
+        ("age_years", 1.0),
+        ("bp", 1.0),
+        ("lab", 1.0),
+    ]
+    # a release of the fine dataset protects a one-year change only at the epsilon of a norm-100 change
+    report = (
+        await client.get(
+            f"/v1/datasets/{fine['id']}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5}
+        )
+    ).json()
+    assert report["charge_factor"] == pytest.approx(100) and report["charged_epsilon"] > 300
+    assert report["features"][0]["reference_change"] == pytest.approx(1.0)  # one year, in its own units
+    assert report["fits_budget"] is False and "charged epsilon" in report["guarantee"]
+    refused = await client.post(
+        f"/v1/datasets/{fine['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5}
+    )
+    assert refused.status_code == 409 and "age_years 100x" in refused.json()["detail"]
+    # the coarse dataset's releases cost their epsilon; the fine one's are charged the norm-100 change
+    assert (
+        await client.post(
+            f"/v1/datasets/{coarse['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-6}
+        )
+    ).status_code == 201
+    small = await client.post(
+        f"/v1/datasets/{fine['id']}/releases", headers=ADMIN, json={"epsilon": 0.1, "delta": 1e-6}
+    )
+    assert small.status_code == 201, small.text
+    ledger = (await client.get(f"/v1/populations/{coarse['population_id']}/ledger", headers=ADMIN)).json()
+    charged = ledger["entries"][-1]
+    expected = epsilon_for_change(calibrate(0.1, 1e-6, 3), 100.0)  # the norm-100 change, at (0.1, 1e-6)
+    assert (
+        charged["nominal_epsilon"] == 0.1 and charged["epsilon"] == pytest.approx(expected) and expected > 10
+    )
+    assert charged["native"]["charge_factor"] == pytest.approx(100)
+
+
+async def test_a_release_without_a_guarantee_turns_the_population_formal_guarantee_false(
+    client: httpx.AsyncClient,
+) -> None:
+    X, y, names = _cohort(seed=34)
+    ds = (await upload(client, make_csv(X, names=names))).json()
+    ok = await client.post(
+        f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-6}
+    )
+    assert ok.status_code == 201
+    pop = (await client.get(f"/v1/populations/{ds['population_id']}", headers=ADMIN)).json()
+    assert pop["formal_guarantee"] is True and pop["epsilon_pld"] is not None
+    alg1 = await client.post(
+        f"/v1/datasets/{ds['id']}/releases",
+        headers=ADMIN,
+        json={
+            "epsilon": 1,
+            "delta": 1e-6,
+            "r": 2,
+            "mechanism": "po-gp-ucb",
+            "acknowledge_no_guarantee": True,
+        },
+    )
+    assert alg1.status_code == 201
+    for path in (f"/v1/populations/{ds['population_id']}", f"/v1/populations/{ds['population_id']}/ledger"):
+        view = (await client.get(path, headers=ADMIN)).json()
+        assert view["formal_guarantee"] is False and view["epsilon_pld"] is None, path
+        assert view["epsilon_spent"] == 2.0  # the label is still charged
+    listed = (await client.get("/v1/populations", headers=ADMIN)).json()["data"]
+    assert [p["formal_guarantee"] for p in listed] == [False]
+    report = (
+        await client.get(
+            f"/v1/datasets/{ds['id']}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-6}
+        )
+    ).json()
+    assert report["formal_guarantee"] is False and report["population_formal_guarantee"] is False
+    assert any("no formal guarantee" in w for w in report["warnings"])
+
+
+async def test_delta_adds_up_below_one_over_n_and_the_default_budget_follows_n(
+    client: httpx.AsyncClient,
+) -> None:
+    X = np.random.default_rng(35).normal(size=(2000, 2)) + 0.0123
+    default = (await upload(client, make_csv(X))).json()
+    assert default["delta_budget"] == pytest.approx(0.1 / 2000)  # min(1e-3, 0.1 / n)
+    other = np.random.default_rng(36).normal(size=(2000, 2)) + 0.0321
+    ds = (await upload(client, make_csv(other), delta_budget=1e-3)).json()
+    body = {"epsilon": 1, "delta": 4.9e-4}
+    first = await client.post(f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json=body)
+    assert first.status_code == 201 and first.json()["formal_guarantee"] is True
+    second = await client.post(f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json=body)
+    assert second.status_code == 409, second.text
+    assert (
+        "delta adds up" in second.json()["detail"]
+        and "to 0.00098, not below 1/n = 0.0005" in second.json()["detail"]
+    )
+    ledger = (await client.get(f"/v1/datasets/{ds['id']}/ledger", headers=ADMIN)).json()
+    assert ledger["delta_spent"] == pytest.approx(4.9e-4) and len(ledger["entries"]) == 1
+    # the override is recorded and costs the population its guarantee
+    forced = await client.post(
+        f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json=body | {"allow_large_delta": True}
+    )
+    assert forced.status_code == 201 and forced.json()["formal_guarantee"] is False
+    assert (await client.get(f"/v1/datasets/{ds['id']}/ledger", headers=ADMIN)).json()[
+        "formal_guarantee"
+    ] is False
+
+
+async def test_the_same_outcomes_with_other_features_cannot_give_a_person_a_second_fresh_answer(
+    client: httpx.AsyncClient,
+) -> None:
+    """Issue 31, Why 3: person 0 got two fresh answers through two uploads of the same outcomes."""
+    X, y, names = _cohort(seed=37)
+    a = (await upload(client, make_csv(X, y, names=names), objective="outcome")).json()
+    other = np.random.default_rng(3).normal(size=(len(y), 2))
+    b = (await upload(client, make_csv(other, y), objective="outcome")).json()
+    assert b["population_id"] == a["population_id"]
+    releases = []
+    for ds in (a, b):
+        rel = await client.post(
+            f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-6}
+        )
+        releases.append(rel.json()["id"])
+    op = {"epsilon": 1.0, "B": 40.0, "R": 10.0, "fresh_repeats": True, "max_epsilon_per_row": 1.0000001}
+    grant = await client.post(
+        "/v1/partners",
+        headers=ADMIN,
+        json={"name": "lab", "release_ids": releases, "max_queries": 10, "output_privacy": op},
+    )
+    token = {"Authorization": f"Bearer {grant.json()['token']}"}
+    first = await client.post(f"/v1/releases/{releases[0]}/queries", headers=token, json={"index": 0})
+    assert first.status_code == 201
+    second = await client.post(f"/v1/releases/{releases[1]}/queries", headers=token, json={"index": 0})
+    assert second.status_code == 409 and "allotment" in second.json()["detail"]
+    led = (await client.get(f"/v1/populations/{a['population_id']}/ledger", headers=ADMIN)).json()
+    assert led["output"]["largest_person_total"] == pytest.approx(first.json()["charged_epsilon"])
+
+
+async def test_rows_per_person_is_group_privacy_for_releases_and_answers(client: httpx.AsyncClient) -> None:
+    X, y, names = _cohort(seed=38)
+    ds = (await upload(client, make_csv(X, y, names=names), objective="outcome", rows_per_person=4)).json()
+    assert ds["rows_per_person"] == 4
+    report = (
+        await client.get(
+            f"/v1/datasets/{ds['id']}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-6}
+        )
+    ).json()
+    assert report["charge_factor"] == pytest.approx(2.0)  # sqrt(4)
+    rel = await client.post(
+        f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-6}
+    )
+    assert rel.status_code == 201
+    entry = (await client.get(f"/v1/datasets/{ds['id']}/ledger", headers=ADMIN)).json()["entries"][0]
+    assert entry["nominal_epsilon"] == 1 and entry["epsilon"] == pytest.approx(report["charged_epsilon"])
+    assert entry["epsilon"] > 2.0  # a change of norm 2 costs more than twice at this delta
+    op = {"epsilon": 1.0, "B": 40.0, "R": 10.0}
+    grant = await client.post(
+        "/v1/partners",
+        headers=ADMIN,
+        json={"name": "lab", "release_ids": [rel.json()["id"]], "max_queries": 10, "output_privacy": op},
+    )
+    token = {"Authorization": f"Bearer {grant.json()['token']}"}
+    answer = (
+        await client.post(f"/v1/releases/{rel.json()['id']}/queries", headers=token, json={"index": 5})
+    ).json()
+    led = (await client.get(f"/v1/populations/{ds['population_id']}/ledger", headers=ADMIN)).json()["output"]
+    assert led["largest_row_total"] == pytest.approx(answer["charged_epsilon"])
+    assert led["largest_person_total"] == pytest.approx(4 * answer["charged_epsilon"])  # k rows of one person

@@ -50,7 +50,9 @@ async def test_no_feasible_r_gives_null_recommendation(world: World) -> None:
     assert not any(row["feasible"] for row in report["table"])
     # one release of (1, 1e-5) already spent by the fixture
     assert report["epsilon_spent"] == 1.0 and report["delta_spent"] == 1e-5
-    assert report["epsilon_left"] == 4.0 and report["delta_left"] == pytest.approx(1e-3 - 1e-5)
+    budget = world.dataset["delta_budget"]  # the default: min(1e-3, 0.1 / n)
+    assert budget == pytest.approx(min(1e-3, 0.1 / world.dataset["n"]))
+    assert report["epsilon_left"] == 4.0 and report["delta_left"] == pytest.approx(budget - 1e-5)
 
 
 async def test_privacy_report_errors(world: World) -> None:

@@ -41,8 +41,9 @@ async def test_column_query_returns_the_stored_outcome(world: World) -> None:
     assert q["y"] == float(world.y[7])  # noise_std = 0: exactly the stored outcome
     assert q["completed_at"] is not None and q["partner_id"] == world.partner["id"]
     got = await world.client.get(f"/v1/queries/{q['id']}", headers=world.partner_headers)
-    assert got.status_code == 200 and got.json() == q
-    assert (await world.client.get(f"/v1/queries/{q['id']}", headers=ADMIN)).json() == q
+    assert got.status_code == 200 and got.json() == q and q["cached"] is None  # the partner's view
+    # the admin's view is the same query, with what only the curator sees: whether it was a cached repeat
+    assert (await world.client.get(f"/v1/queries/{q['id']}", headers=ADMIN)).json() == q | {"cached": False}
 
 
 async def test_idempotent_retry_same_answer_no_second_charge(world: World) -> None:
@@ -177,7 +178,8 @@ async def test_manual_queries_pending_until_the_result_is_posted(client: httpx.A
         client.get(f"/v1/queries/{q['id']}", headers=bearer(token), params={"wait": 30}), post_later()
     )
     assert posted.status_code == 200 and posted.json()["status"] == "complete" and posted.json()["y"] == 0.731
-    assert poll.status_code == 200 and poll.json() == posted.json()
+    # the partner's long-poll sees what the admin's post returned, but for the admin-only cached flag
+    assert poll.status_code == 200 and poll.json() == posted.json() | {"cached": None}
 
     twice = await client.post(f"/v1/queries/{q['id']}/result", headers=ADMIN, json={"y": 1.0})
     assert twice.status_code == 409

@@ -95,7 +95,8 @@ def create_dataset(
         Form(
             gt=0,
             lt=1,
-            description="Total delta of a NEW population (default 1e-3); as epsilon_budget otherwise.",
+            description="Total delta of a NEW population (default min(1e-3, 0.1 / n)); as epsilon_budget "
+            "otherwise.",
             examples=[1e-3],
         ),
     ] = None,
@@ -105,12 +106,31 @@ def create_dataset(
             min_length=1,
             max_length=200,
             description="Name of the population (the people) these rows belong to. Datasets of one "
-            "population share one budget. Left out: the rows join the population of an earlier upload of "
-            "the same rows (also reordered, renamed, or a subset or superset of its features), else a new "
-            "one.",
+            "population share one budget. The fingerprint check runs either way: rows that share a column "
+            "with an earlier upload of as many rows (reordered, renamed, in other units, a subset, superset "
+            "or overlap of its columns, the same outcomes) join its population; declaring another "
+            "population for them is a 409 unless acknowledge_distinct_people is true.",
             examples=["ward-3 patients 2024"],
         ),
     ] = None,
+    acknowledge_distinct_people: Annotated[
+        bool,
+        Form(
+            description="With a declared population: these are different people, although the fingerprint "
+            "matches an upload of another population (recorded on the dataset).",
+            examples=[False],
+        ),
+    ] = False,
+    rows_per_person: Annotated[
+        int,
+        Form(
+            ge=1,
+            le=10_000,
+            description="At most this many rows of one person in this dataset (default 1). Group privacy: "
+            "releases are charged as a change of norm sqrt(k), output answers k times per person.",
+            examples=[1],
+        ),
+    ] = 1,
 ) -> DatasetPublic:
     upload = dataset_service.DatasetUpload(
         name=name,
@@ -122,6 +142,8 @@ def create_dataset(
         epsilon_budget=epsilon_budget,
         delta_budget=delta_budget,
         population=population,
+        acknowledge_distinct_people=acknowledge_distinct_people,
+        rows_per_person=rows_per_person,
     )
     dataset = dataset_service.create_dataset(
         session,

@@ -48,13 +48,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     "a retry (even a concurrent one) returns the same query and is never charged again; the response then "
     "carries `Idempotent-Replayed: true`. For a partner granted with `output_privacy` the answer is CTL: "
     "clipped to [-(B+R), B+R] plus Laplace noise of scale 2(B+R)/epsilon, charged to the person's output "
-    "ledger (`charged_epsilon`); a repeated row returns its cached noisy answer (`cached: true`, free) "
-    "unless the grant has `fresh_repeats`.",
+    "ledger (`charged_epsilon`); a repeated row returns the partner's own earlier noisy answer (free) "
+    "unless the grant has `fresh_repeats`. What a partner is told never depends on another partner's "
+    "queries: caches and output allotments are per grant.",
     responses={
         **_ERRORS,
         409: {
             "description": "The Idempotency-Key was used for a different release or index, or (output "
-            "privacy) the person's output epsilon would pass the grant's max_epsilon_per_row: nothing "
+            "privacy) this grant's answers about the person would pass its max_epsilon_per_row: nothing "
             "charged."
         },
         422: {"description": "Index out of range."},
@@ -119,7 +120,8 @@ def _json(query: QueryPublic) -> bytes:
 )
 def list_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
     queries = query_service.list_queries(session, principal, release_id)
-    return QueriesPublic(queries=[query_public(q) for q in queries], count=len(queries))
+    view = [query_public(q, admin=principal.is_admin) for q in queries]
+    return QueriesPublic(queries=view, count=len(view))
 
 
 @router.get(
@@ -161,7 +163,7 @@ async def get_query(
         )
         remaining = deadline - time.monotonic()
         if query.status == "complete" or remaining <= 0:
-            return query_public(query)
+            return query_public(query, admin=principal.is_admin)
         await asyncio.sleep(min(_POLL_SECONDS, remaining))
 
 
@@ -172,4 +174,4 @@ async def get_query(
     responses={**_ERRORS, 409: {"description": "Already complete, or not a manual dataset."}},
 )
 def post_result(query_id: RowId, body: QueryResult, _admin: AdminDep, session: SessionDep) -> QueryPublic:
-    return query_public(query_service.post_result(session, query_id, body.y))
+    return query_public(query_service.post_result(session, query_id, body.y), admin=True)

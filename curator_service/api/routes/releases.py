@@ -28,15 +28,23 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=ReleaseDetail,
     summary="Release Z (admin): the Gaussian mechanism (default, DP) or the paper's Algorithm 1",
-    description="Spends (epsilon, delta) of the population's budget under basic composition. Refused with "
-    "409, with nothing written, when the budget would be exceeded; 422 for delta >= 1/n without "
-    "`allow_large_delta`, for `r` >= d with the Gaussian mechanism, and for `po-gp-ucb` without "
-    "`acknowledge_no_guarantee` (Algorithm 1 is not differentially private when n > d + 1). The noise and "
-    "any projection matrix come from OS entropy, are used once and never stored; no seed is accepted. The "
-    "release is immutable.",
+    description="Spends (epsilon, delta) of the population's budget under basic composition, in the "
+    "population's relation: a dataset whose declared scales are coarser than the population's (or with "
+    "several rows per person) is charged the epsilon of the larger change one person can make "
+    "(`charged_epsilon` in the privacy report). Refused with 409, with nothing written, when the budget "
+    "would be exceeded or the population's total delta would reach 1/n (its smallest dataset) without "
+    "`allow_large_delta`; 422 for delta >= 1/n without `allow_large_delta`, for `r` >= d with the Gaussian "
+    "mechanism, and for `po-gp-ucb` without `acknowledge_no_guarantee` (Algorithm 1 is not differentially "
+    "private when n > d + 1; such a release turns the population's `formal_guarantee` false). The noise is "
+    "added exactly (a public lattice, integer noise); it and any projection matrix come from a fresh AES-CTR "
+    "generator keyed from the OS, are used once and never stored; no seed is accepted. The release is "
+    "immutable.",
     responses={
         **_ERRORS,
-        409: {"description": "The population's privacy budget would be exceeded."},
+        409: {
+            "description": "The population's privacy budget would be exceeded, or its total delta would "
+            "reach 1/n."
+        },
         413: {"description": "The release (n x r float64) would exceed POBO_CURATOR_MAX_RELEASE_BYTES."},
         422: {"description": "Invalid or refused parameters (the detail says which and why)."},
     },

@@ -179,11 +179,15 @@ class CuratorClient:
         epsilon_budget: float | None = None,
         delta_budget: float | None = None,
         population: str | None = None,
+        acknowledge_distinct_people: bool = False,
+        rows_per_person: int | None = None,
     ) -> DatasetPublic:
         """Upload a CSV (streamed from disk) as a new dataset; admin only.
 
         Example: ``curator.upload_dataset("patients.csv", name="ward-3", objective="outcome",
-        scaling={"age": 10.0}, epsilon_budget=10)``.
+        scaling={"age": 10.0}, epsilon_budget=10)``. ``acknowledge_distinct_people`` (with ``population``):
+        these are other people than the upload their rows match; ``rows_per_person``: at most this many rows
+        of one person.
         """
         form = {
             "objective": objective,
@@ -192,6 +196,8 @@ class CuratorClient:
             "epsilon_budget": epsilon_budget,
             "delta_budget": delta_budget,
             "population": population,
+            "acknowledge_distinct_people": "true" if acknowledge_distinct_people else None,
+            "rows_per_person": rows_per_person,
         }
         return self._call(
             API.upload_dataset, path=path, name=name, features=features, scaling=scaling, form=form

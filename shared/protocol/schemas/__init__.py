@@ -42,6 +42,7 @@ from shared.protocol.schemas.budget import (
     PopulationsPublic,
     PrivacyReport,
     PrivacyRow,
+    ReferenceColumn,
 )
 from shared.protocol.schemas.common import (
     DELTA_MIN,
@@ -125,6 +126,7 @@ __all__ = [
     "QueryLogVerification",
     "QueryPublic",
     "QueryResult",
+    "ReferenceColumn",
     "QueryStatus",
     "ReleaseCreate",
     "ReleaseDetail",

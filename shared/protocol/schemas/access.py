@@ -174,8 +174,10 @@ class QueryPublic(BaseModel):
         description="Output epsilon this answer cost its person: null for a raw answer, 0 for a cached "
         "repeat.",
     )
-    cached: bool = Field(
-        default=False, description="Answered with the row's earlier noisy answer (no fresh noise, no cost)."
+    cached: bool | None = Field(
+        default=None,
+        description="Admin view only (null for a partner): answered with the partner's earlier noisy answer "
+        "about the row (no fresh noise, no cost).",
     )
 
 

@@ -21,9 +21,32 @@ class PopulationBudget(BaseModel):
     epsilon_pld: float | None = Field(
         default=None,
         description="Informational: the spent charges composed with privacy loss distributions "
-        "(dp-accounting) at delta_spent, tighter than the sum; null when nothing was spent. The budget "
-        "itself is enforced by the plain sums.",
+        "(dp-accounting) at delta_spent, tighter than the sum; null when nothing was spent, or when a charge "
+        "carried no guarantee (formal_guarantee false: no finite epsilon holds). The budget itself is "
+        "enforced by the plain sums.",
     )
+    formal_guarantee: bool = Field(
+        default=True,
+        description="False once any charge of the population carried no proven guarantee (a po-gp-ucb "
+        "release, an allow_large_delta release, a release of max_norm-scaled data): the epsilons spent are "
+        "then labels, not a bound.",
+    )
+    smallest_n: int | None = Field(
+        default=None,
+        description="The fewest rows of any dataset of the population; the population's total delta (spent "
+        "plus asked) must stay below 1 / smallest_n unless a release sends allow_large_delta.",
+    )
+
+
+class ReferenceColumn(BaseModel):
+    """One feature of a population's neighbouring relation: its declared scale at its first upload."""
+
+    feature: str = Field(description="The feature's name in the dataset that introduced it.")
+    scale: float = Field(
+        description="One unit of the relation, in that dataset's own units of the feature (its declared "
+        "scale; 1 when none was declared)."
+    )
+    dataset_id: int = Field(description="The dataset that introduced the feature.")
 
 
 class PopulationPublic(PopulationBudget):
@@ -31,6 +54,11 @@ class PopulationPublic(PopulationBudget):
 
     id: int
     name: str | None = Field(description="The declared name (upload field `population`), or null.")
+    reference: list[ReferenceColumn] = Field(
+        default_factory=list,
+        description="The population's neighbouring relation: one person's row moves by Euclidean norm <= 1 "
+        "in these units. Every release of every dataset of the population is charged in them.",
+    )
     created_at: datetime
 
 
@@ -53,6 +81,11 @@ class FeatureProtection(BaseModel):
     covered_change: float = Field(
         description="The change of this feature alone (curator's units) that the guarantee covers at the "
         "release's epsilon: the DP unit (norm 1 in scaled units) expressed in this feature."
+    )
+    reference_change: float | None = Field(
+        default=None,
+        description="The population's unit for this feature, in this dataset's units (its reference scale "
+        "times the unit factor between the columns); null when the feature is not part of the relation.",
     )
 
 
@@ -113,9 +146,24 @@ class PrivacyReport(BaseModel):
     d: int
     mechanism: Mechanism = Field(description="The default release mechanism this report describes.")
     formal_guarantee: bool = Field(
-        description="Whether a Gaussian release at (epsilon, delta) would carry a proven guarantee (false "
-        "with data-dependent max_norm scaling, or delta >= 1/n)."
+        description="Whether a Gaussian release at (epsilon, delta) would carry a proven guarantee and the "
+        "population keep one (false with data-dependent max_norm scaling, delta >= 1/n, or a population "
+        "that already holds a charge without a guarantee)."
     )
+    population_formal_guarantee: bool = Field(
+        default=True, description="Whether every charge of the population so far carried a guarantee."
+    )
+    charge_factor: float = Field(
+        default=1.0,
+        description="A release of this dataset is charged as a change of this norm (in its scaled units): "
+        "max(1, the largest reference factor of its features) x sqrt(rows_per_person).",
+    )
+    charged_epsilon: float | None = Field(
+        default=None,
+        description="What a Gaussian release at (epsilon, delta) costs the population, in its relation "
+        "(epsilon itself when charge_factor is 1).",
+    )
+    rows_per_person: int = Field(default=1, description="Declared: at most this many rows per person.")
     noise_std: float = Field(description="Noise standard deviation of a Gaussian release, in scaled units.")
     guarantee: str = Field(description="What the Gaussian release protects, in one paragraph.")
     features: list[FeatureProtection]
@@ -150,8 +198,14 @@ class LedgerEntryPublic(BaseModel):
     release_id: int | None
     gradient_oracle_id: int | None = Field(default=None, description="The gradient oracle charged here.")
     mechanism: str
-    epsilon: float
+    epsilon: float = Field(description="What the population was charged, in its relation.")
     delta: float
+    nominal_epsilon: float | None = Field(
+        default=None,
+        description="The epsilon the release or oracle was made at (below epsilon when its dataset's scales "
+        "are coarser than the population's, or a person has several rows).",
+    )
+    formal_guarantee: bool = Field(default=True, description="Whether this charge carries a guarantee.")
     native: dict[str, Any] | None = Field(
         description="The mechanism's own parameters (gaussian: noise_multiplier = sigma / sensitivity, "
         "sensitivity, sigma; dp-gibo: mu, steps), for accountants tighter than the sum."

@@ -33,6 +33,16 @@ class DatasetPublic(BaseModel):
     delta_budget: float = Field(description="The population's delta budget (shared by its datasets).")
     epsilon_spent: float = Field(description="Spent from the population's budget, by any of its datasets.")
     delta_spent: float
+    rows_per_person: int = Field(default=1, description="Declared: at most this many rows per person.")
+    reference_factor: float = Field(
+        default=1.0,
+        description="The largest number of this dataset's scaled units that one unit of its population's "
+        "relation spans (1: the same relation; above 1: its releases are charged more than their epsilon).",
+    )
+    acknowledged_distinct_people: bool = Field(
+        default=False,
+        description="The upload matched another population's people and the admin declared them distinct.",
+    )
     created_at: datetime
 
 
