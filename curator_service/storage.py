@@ -217,6 +217,11 @@ class ArrayStore:
             self._mapped.pop(str(path), None)
         path.unlink(missing_ok=True)
 
+    def committed(self, relpath: str, sha256: str) -> None:
+        """Record the digest a stream writer computed when it committed ``relpath`` (its first read then
+        needs no second hashing pass)."""
+        self._remember(self.abspath(relpath), sha256)
+
     # -- reading
     def _remember(self, path: Path, digest: str) -> None:
         st = path.stat()

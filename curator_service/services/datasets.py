@@ -193,7 +193,10 @@ def create_dataset(
             X.flush()
             del X
         feat_sha = feat_writer.commit()
+        store.committed(feat_rel, feat_sha)
         out_sha = out_writer.commit() if out_writer is not None else None
+        if out_rel is not None and out_sha is not None:
+            store.committed(out_rel, out_sha)
     except BaseException:
         feat_writer.abort()
         if out_writer is not None:
