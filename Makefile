@@ -27,6 +27,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy shared curator_service modeler_service
 
 docs: $(STAMP)
 	$(BIN)/pobo docs api

@@ -60,7 +60,9 @@ class Settings(ServiceSettings):
         '{"my-loss": "my_package.losses:my_loss"}. The function is called as fn(theta_batch [b, p], rows '
         "[m, w]) and returns [m, b]; rows are the dataset's stored features, followed by its outcome column "
         "when it has one. Row j's output must depend on row j alone: checked on the dataset's rows when an "
-        "oracle is created. Only the operator names these; a partner cannot.",
+        "oracle is created. Only the operator names these; a partner cannot. The time the function takes on "
+        "a row is not hidden from the partner who chooses theta: avoid data-dependent work (early exits, "
+        "subnormal floats; docs/privacy.md).",
     )
 
     @field_validator("gradient_losses")

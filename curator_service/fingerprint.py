@@ -11,12 +11,14 @@ column in years or months, in any order), quantised to 2^-20 standard deviations
 value across a step, bar a chance of ~1e-10 per value), hashed, and the K = 64 smallest distinct hashes are
 kept (a bottom-k sketch; Broder 1997, Cohen & Kaplan 2007). Two columns with the same values in other units,
 order or names have the same sketch; the fraction of shared hashes among the K smallest of the union
-estimates the Jaccard similarity of their value sets (``jaccard``). ``same_people`` decides: the same number
-of rows, and at least one pair of *informative* columns with Jaccard >= 0.7. A column is informative when it
-has at least 32 distinct values and is not an index (its sketch is not that of 0, 1, ..., n - 1: the row
-numbers of every table of n rows). A shared informative column of n standardised values cannot be a
-coincidence between different people (two cohorts would need the same mean and deviation to one part in a
-million, and then the same set of values); a binary or categorical column can, so it never decides alone.
+estimates the Jaccard similarity of their value sets (``jaccard``). A column is *informative* when it has
+at least 32 distinct values and is not an index (its sketch is not that of 0, 1, ..., n - 1: the row
+numbers of every table of n rows). ``same_people`` decides: the same number of rows, and either two pairs of
+informative columns with Jaccard >= 0.7, or one such pair of columns with at least n / 2 distinct values
+each. A continuous column of n standardised values is not shared by chance (two cohorts would need the same
+mean and deviation to one part in a million, and then the same set of values); a column with few, repeated
+values can be (a balanced design's 40 dose levels, 5 patients each, are the same column in every such
+trial), so it decides only together with another one, and a binary or categorical column never does.
 The raw standard deviation of each column is kept too: it gives the unit factor between matched columns
 (``populations``: a release of months is charged in the population's years).
 
@@ -331,6 +333,11 @@ def matching_columns(
 def same_people(
     n_a: int, mine: Sequence[ColumnSignature], n_b: int, theirs: Sequence[ColumnSignature]
 ) -> list[tuple[int, int, float]]:
-    """The matching informative columns of two uploads of the same number of rows (empty: not the same
-    people, as far as the signatures tell)."""
-    return matching_columns(mine, theirs) if n_a == n_b else []
+    """The matching informative columns of two uploads of the same number of rows when they decide that the
+    people are the same (two of them, or one with at least n / 2 distinct values on both sides); else
+    empty."""
+    if n_a != n_b:
+        return []
+    pairs = matching_columns(mine, theirs)
+    many = [p for p in pairs if min(mine[p[0]].distinct, theirs[p[1]].distinct) >= n_a / 2]
+    return pairs if len({i for i, _, _ in pairs}) >= 2 or many else []

@@ -100,6 +100,12 @@ def oracle_grants_by_partner(session: Session) -> dict[int, list[int]]:
     return out
 
 
+def oracle_holders(session: Session, oracle_id: int) -> list[int]:
+    """The partners an oracle is granted to."""
+    stmt = select(OracleGrant.partner_id).where(OracleGrant.oracle_id == oracle_id)
+    return [int(p) for p in session.scalars(stmt)]
+
+
 def has_oracle_grant(session: Session, partner_id: int, oracle_id: int) -> bool:
     stmt = select(OracleGrant.id).where(
         OracleGrant.partner_id == partner_id, OracleGrant.oracle_id == oracle_id

@@ -52,7 +52,11 @@ from modeler_service.federation_schemas import (
 )
 from modeler_service.models import Federation, FederationAgent, FederationRound, FederationSubmission, utcnow
 from shared.federated.coordinator import TemperatureSchedule, aggregate_round, poisson_sample
-from shared.federated.privacy import federated_epsilon, federated_epsilon_replace_one
+from shared.federated.privacy import (
+    federated_epsilon,
+    federated_epsilon_replace_one,
+    federation_sampler_margins,
+)
 from shared.federated.regions import round_robin, split_box
 from shared.federated.rff import draw_rff
 from shared.privacy.rng import os_entropy_rng
@@ -95,33 +99,35 @@ def authenticate(session: Session, modeler_token: str, token: str) -> Principal 
 
 
 @functools.lru_cache(maxsize=4096)
-def epsilon_pld(q: float, z: float, rounds: int, delta: float) -> float:
-    """epsilon (zero-out relation, PLD) after ``rounds`` rounds; cached (seconds of dp-accounting cold)."""
-    return federated_epsilon(q, z, rounds, delta, accountant="pld")
+def epsilon_pld(q: float, z: float, rounds: int, delta: float, entries: int) -> float:
+    """epsilon (zero-out relation, PLD) after ``rounds`` rounds of ``entries`` = P M noisy entries, the
+    Gaussian sampler's margins included; cached (seconds of dp-accounting cold)."""
+    return federated_epsilon(q, z, rounds, delta, accountant="pld", entries=entries)
 
 
 @functools.lru_cache(maxsize=4096)
-def epsilon_rdp(q: float, z: float, rounds: int, delta: float) -> float:
-    return federated_epsilon(q, z, rounds, delta, accountant="rdp")
+def epsilon_rdp(q: float, z: float, rounds: int, delta: float, entries: int) -> float:
+    return federated_epsilon(q, z, rounds, delta, accountant="rdp", entries=entries)
 
 
 @functools.lru_cache(maxsize=4096)
-def epsilon_replace_one(q: float, z: float, rounds: int, delta: float) -> float:
-    return federated_epsilon_replace_one(q, z, rounds, delta, accountant="pld")
+def epsilon_replace_one(q: float, z: float, rounds: int, delta: float, entries: int) -> float:
+    return federated_epsilon_replace_one(q, z, rounds, delta, accountant="pld", entries=entries)
 
 
-def _acc(params: dict[str, Any]) -> tuple[float, float, float]:
-    return float(params["q"]), float(params["z"]), float(params["delta"])
+def _acc(params: dict[str, Any]) -> tuple[float, float, float, int]:
+    """(q, z, delta, P M): what the accounting of a federation's rounds depends on."""
+    return float(params["q"]), float(params["z"]), float(params["delta"]), int(params["P"]) * int(params["M"])
 
 
 def warm_accounting(params: dict[str, Any], number: int) -> None:
     """Compute (into the caches) what closing round ``number`` will need, so the close itself is quick."""
-    q, z, delta = _acc(params)
-    epsilon_pld(q, z, number, delta)
-    epsilon_rdp(q, z, number, delta)
-    epsilon_replace_one(q, z, number, delta)
+    q, z, delta, entries = _acc(params)
+    epsilon_pld(q, z, number, delta, entries)
+    epsilon_rdp(q, z, number, delta, entries)
+    epsilon_replace_one(q, z, number, delta, entries)
     if number < int(params["rounds"]):
-        epsilon_pld(q, z, number + 1, delta)
+        epsilon_pld(q, z, number + 1, delta, entries)
 
 
 # ------------------------------------------------------------------------------------------- use cases
@@ -146,7 +152,9 @@ def _federation_for(
 
 
 def create_federation(session: Session, body: FederationCreate) -> Federation:
-    """Draw the shared features (OS entropy) and store the public parameters."""
+    """Check that the Gaussian sampler can back the rounds asked for, draw the shared features (OS entropy)
+    and store the public parameters."""
+    federation_sampler_margins(body.z, body.rounds, body.delta, body.P * body.M)  # InputDataError: a 422
     lower = [float(b[0]) for b in body.bounds]
     upper = [float(b[1]) for b in body.bounds]
     lengthscale = body.lengthscale
@@ -210,8 +218,8 @@ def start(session: Session, principal: Principal, federation_id: str) -> Federat
     if not agents:
         raise Conflict(f"federation {federation_id} has no agents: register at least one before start")
     params = federation.params
-    q, z, delta = _acc(params)
-    first = epsilon_pld(q, z, 1, delta)
+    q, z, delta, entries = _acc(params)
+    first = epsilon_pld(q, z, 1, delta, entries)
     budget = float(params["epsilon_budget"])
     if first > budget:
         raise Conflict(
@@ -373,11 +381,11 @@ def close_round(
         if federation is None or rnd is None or rnd.status != "open" or rnd.deadline > at:
             return False
         params = dict(federation.params)
-    q, z, delta = _acc(params)
+    q, z, delta, entries = _acc(params)
     rounds, budget = int(params["rounds"]), float(params["epsilon_budget"])
-    eps = (epsilon_pld(q, z, number, delta), epsilon_rdp(q, z, number, delta))
-    eps_replace_one = epsilon_replace_one(q, z, number, delta)
-    eps_next = epsilon_pld(q, z, number + 1, delta) if number < rounds else math.inf
+    eps = (epsilon_pld(q, z, number, delta, entries), epsilon_rdp(q, z, number, delta, entries))
+    eps_replace_one = epsilon_replace_one(q, z, number, delta, entries)
+    eps_next = epsilon_pld(q, z, number + 1, delta, entries) if number < rounds else math.inf
 
     with transaction(db) as session:
         rnd = repo.get_round(session, federation_id, number)

@@ -4,7 +4,8 @@ Paper: "Scalable DP Bayesian optimisation" (DP-GIBO), Algorithm 1 lines 5-8 and 
 gradients are clipped to norm B, averaged over the n rows and given Gaussian noise of std 2 B sqrt(T)/(n mu)
 are mu-GDP together (replace-one neighbours). The whole T-step cost is converted to (epsilon, delta) at the
 oracle's delta (``shared.privacy.gdp.gdp_epsilon``, the closed form of Dong, Roth & Su 2019, Cor. 2.13,
-which agrees with dp-accounting's PLD under add-or-remove) and charged to the population's ledger when the
+which agrees with dp-accounting's PLD under add-or-remove; plus the Gaussian sampler's margins:
+``shared.bo.gibo.private_gradient.oracle_epsilon``) and charged to the population's ledger when the
 oracle is created; steps cost nothing more.
 
 What keeps the guarantee here (each point is a test in tests/curator_service/test_gradient_oracles.py):
@@ -59,9 +60,8 @@ from shared.bo.gibo.oracle import (
     oracle_gradient,
     plugin_loss_matrix,
 )
-from shared.bo.gibo.private_gradient import noise_std
+from shared.bo.gibo.private_gradient import noise_std, oracle_epsilon
 from shared.errors import InputDataError
-from shared.privacy.gdp import gdp_epsilon
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import GradientOracleCreate, GradientOraclePublic, GradientStepCreate
 from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
@@ -212,11 +212,12 @@ def create_oracle(
         dataset = get_dataset(session, dataset_id)
         session.expunge(dataset)
     _check_loss(store, dataset, body, plugins)
-    epsilon = gdp_epsilon(body.mu, body.delta)
     # a person with k rows replaces k rows: the clipped average moves k times as far, so the T steps are
-    # (k mu)-GDP for the person (group privacy; Dong, Roth & Su 2022, Theorem 2.7)
+    # (k mu)-GDP for the person (group privacy; Dong, Roth & Su 2022, Theorem 2.7); both with the sampler's
+    # margins (``oracle_epsilon``)
     rows = max(1, int(dataset.rows_per_person or 1))
-    charged = epsilon if rows == 1 else gdp_epsilon(rows * body.mu, body.delta)
+    epsilon = oracle_epsilon(body.mu, body.delta, body.steps, body.dimension)
+    charged = oracle_epsilon(body.mu, body.delta, body.steps, body.dimension, rows=rows)
     with db.session(write=True) as session:
         dataset = get_dataset(session, dataset_id)
         population = repo.lock_population(session, dataset.population_id)

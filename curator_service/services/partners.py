@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from curator_service import gradient_repository as grepo
 from curator_service import repository as repo
-from curator_service.exceptions import InvalidInput, NotFound
+from curator_service.exceptions import Conflict, InvalidInput, NotFound
 from curator_service.models import Partner, utcnow
 from curator_service.services.auth import hash_token
 from curator_service.services.outputs import OutputPolicy
@@ -27,10 +27,21 @@ def _check_release_ids(session: Session, release_ids: Sequence[int]) -> None:
         raise InvalidInput(f"unknown release id(s): {', '.join(map(str, missing))}")
 
 
-def _check_oracle_ids(session: Session, oracle_ids: Sequence[int]) -> None:
+def _check_oracle_ids(session: Session, oracle_ids: Sequence[int], partner_id: int | None = None) -> None:
+    """Known oracles, each granted to no other partner: an oracle's design, step counter and answers are
+    shared by whoever steps it, so a second grantee would read the first one's queries in them (its step
+    numbers, ``steps_left``, its design's size in an error, the GP weights of every answer)."""
     missing = sorted(set(oracle_ids) - grepo.existing_oracle_ids(session, oracle_ids))
     if missing:
         raise InvalidInput(f"unknown gradient oracle id(s): {', '.join(map(str, missing))}")
+    for oracle_id in dict.fromkeys(oracle_ids):
+        holders = set(grepo.oracle_holders(session, oracle_id)) - ({partner_id} if partner_id else set())
+        if holders:
+            raise Conflict(
+                f"gradient oracle {oracle_id} is already granted to partner {min(holders)}: an oracle serves "
+                "one partner (its steps, design and answers would show one partner the other's queries). "
+                "Create another oracle for this partner (it is charged again). Nothing was granted."
+            )
 
 
 def create_partner(
@@ -71,7 +82,7 @@ def grant(
 ) -> Partner:
     partner = get_partner(session, partner_id)
     _check_release_ids(session, release_ids)
-    _check_oracle_ids(session, gradient_oracle_ids)
+    _check_oracle_ids(session, gradient_oracle_ids, partner_id)
     repo.add_grants(session, partner_id, release_ids)
     grepo.add_oracle_grants(session, partner_id, gradient_oracle_ids)
     return partner

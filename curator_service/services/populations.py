@@ -247,37 +247,54 @@ def declared_scales(dataset: Dataset) -> list[tuple[str, float]]:
     return [(n, 1.0) for n in names]
 
 
+def _reference_match(
+    sig: ColumnSignature | None, name: str, ref: dict[str, Any], ref_sig: ColumnSignature | None
+) -> float | None:
+    """How well a new column matches a reference column (None: it does not). By signature when both have
+    one (an informative pair, or the same name); else, and also when the signatures differ but the names
+    agree, by name: a name the population already knows is that feature (rows added or removed move the
+    standardised values, and a finer scale declared for a known name must not escape its charge)."""
+    if sig is not None and ref_sig is not None:
+        similarity = jaccard(sig.sketch, ref_sig.sketch)
+        if similarity >= MATCH_JACCARD and (
+            (sig.informative and ref_sig.informative) or sig.name == ref_sig.name
+        ):
+            return 1.0 + similarity  # (a match by content ranks above a match by name)
+    return 0.5 if ref["name"] == name else None
+
+
 def attach_to_reference(session: Session, population: Population, dataset: Dataset) -> None:
-    """Set ``dataset.reference_factors`` against the population's relation, and extend the relation with
-    the dataset's new features (the first upload of a population defines it)."""
+    """Set ``dataset.reference_factors`` (per feature, the scaled units of this dataset that one reference
+    unit spans) and ``dataset.reference_factor`` against the population's relation, and extend the relation
+    with the dataset's new features (the first upload of a population defines it).
+
+    A change of one person's row of norm <= 1 in the reference relation moves the features mapped to
+    reference feature r by c_j u_r each, so this dataset's scaled row moves by
+    sqrt(sum_r u_r^2 sum_{j -> r} c_j^2) <= sqrt(max_r sum_{j -> r} c_j^2): ``reference_factor``. (Two
+    columns holding one reference feature, years and months, both move.)
+    """
     reference = list(
         population.reference
         if population.reference is not None
         else _legacy_reference(session, population, dataset)
     )
+    known = len(reference)  # the relation before this dataset: its own new features are not matched
     mine = signatures_of(dataset) or []
     cache: dict[int, list[ColumnSignature] | None] = {}
     factors: list[float] = []
+    mapped: dict[int, float] = {}  # reference index -> sum of c_j^2 over this dataset's columns
     for j, (name, scale) in enumerate(declared_scales(dataset)):
         sig = mine[j] if j < len(mine) else None
-        best: tuple[float, dict[str, Any]] | None = None
-        for ref in reference:
-            if ref["dataset_id"] == dataset.id:
-                continue
+        best: tuple[float, int] | None = None
+        for r, ref in enumerate(reference[:known]):
             if ref["dataset_id"] not in cache:
                 other = repo.get_dataset(session, int(ref["dataset_id"]))
                 cache[ref["dataset_id"]] = None if other is None else signatures_of(other)
             theirs = cache[ref["dataset_id"]]
             ref_sig = theirs[int(ref["column"])] if theirs is not None and ref["column"] is not None else None
-            if sig is not None and ref_sig is not None:
-                similarity = jaccard(sig.sketch, ref_sig.sketch)
-                same = similarity >= MATCH_JACCARD and (
-                    (sig.informative and ref_sig.informative) or sig.name == ref_sig.name
-                )
-            else:  # a reference from before signatures: by name only
-                similarity, same = (1.0, True) if ref["name"] == name else (0.0, False)
-            if same and (best is None or similarity > best[0]):
-                best = (similarity, ref)
+            score = _reference_match(sig, name, ref, ref_sig)
+            if score is not None and (best is None or score > best[0]):
+                best = (score, r)
         if best is None:
             reference.append(
                 {
@@ -288,15 +305,18 @@ def attach_to_reference(session: Session, population: Population, dataset: Datas
                     "column": j,
                 }
             )
-            factors.append(1.0)
-            continue
-        ref = best[1]
-        ratio = 1.0
-        if sig is not None and ref.get("std") and sig.std > 0:
-            ratio = sig.std / float(ref["std"])  # lambda_j: this column's units per reference unit
-        factors.append(ratio * float(ref["scale"]) / scale)
+            c, r = 1.0, len(reference) - 1
+        else:
+            r = best[1]
+            ref = reference[r]
+            ratio = 1.0
+            if sig is not None and ref.get("std") and sig.std > 0:
+                ratio = sig.std / float(ref["std"])  # lambda_j: this column's units per reference unit
+            c = ratio * float(ref["scale"]) / scale
+        factors.append(c)
+        mapped[r] = mapped.get(r, 0.0) + c * c
     dataset.reference_factors = factors
-    dataset.reference_factor = max(factors) if factors else 1.0
+    dataset.reference_factor = math.sqrt(max(mapped.values())) if mapped else 1.0
     population.reference = reference
 
 

@@ -15,6 +15,7 @@ from curator_service.services.datasets import get_dataset
 from curator_service.services.releases import fits, large_delta
 from curator_service.services.scaling import covered_changes, scaling_public
 from curator_service.storage import ArrayStore
+from shared.errors import InputDataError
 from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change
 from shared.privacy.po_gp_ucb import centred_sigma_min, privacy_table
 from shared.protocol.schemas import FeatureProtection, GuaranteeAtChange, PrivacyReport, PrivacyRow
@@ -60,7 +61,7 @@ def guarantee_statement(dataset: Dataset, cal: GaussianCalibration, features: li
     return text
 
 
-def relation_statement(dataset: Dataset, factor: float, charged: float) -> str:
+def relation_statement(dataset: Dataset, factor: float, charged: float | None) -> str:
     """What the release costs the population when its relation spans more than this dataset's unit."""
     if factor <= 1.0:
         return ""
@@ -68,8 +69,12 @@ def relation_statement(dataset: Dataset, factor: float, charged: float) -> str:
         f" Its population's budget is denominated in the population's own relation (the scales of the "
         f"upload that introduced each feature) and per person: one person can change this dataset's scaled "
         f"rows by a norm of up to {factor:.3g} (reference factor {dataset.reference_factor:.3g}, "
-        f"{dataset.rows_per_person} row(s) per person), so a release at this epsilon is charged epsilon "
-        f"{charged:.4g}."
+        f"{dataset.rows_per_person} row(s) per person), so "
+        + (
+            f"a release at this epsilon is charged epsilon {charged:.4g}."
+            if charged is not None
+            else "no epsilon is proven for a release at these parameters (it would be refused)."
+        )
     )
 
 
@@ -111,6 +116,14 @@ def po_gp_ucb_statement(n: int, d: int) -> str:
     )
 
 
+def _epsilon_at(cal: GaussianCalibration, change: float, rows: int) -> float | None:
+    """The epsilon protecting a change of norm ``change`` over ``rows`` rows; None when none is proven."""
+    try:
+        return epsilon_for_change(cal, change, rows=rows)
+    except InputDataError:
+        return None
+
+
 def privacy_report(
     session: Session,
     db: Database,
@@ -139,12 +152,21 @@ def privacy_report(
         )
     ]
     factor = populations.charge_factor(dataset)
-    charged = epsilon if factor <= 1.0 else max(epsilon, epsilon_for_change(cal, factor))
+    rows = dataset.rows_per_person or 1
+    charged = epsilon if factor <= 1.0 else _epsilon_at(cal, factor, rows)
+    if charged is not None:
+        charged = max(epsilon, charged)
     population_formal = populations.formal_guarantee(session, population.id)
     n_min = populations.smallest_n(session, population.id) or dataset.n
     big_delta = large_delta(delta, dataset.n)
     warnings: list[str] = []
-    if factor > 1.0:
+    if charged is None:
+        warnings.append(
+            f"A release at these parameters would be refused: one person can change this dataset's scaled "
+            f"rows by a norm of up to {factor:.3g}, and no epsilon is proven for that at delta = {delta:g}; "
+            "choose a larger delta or a smaller epsilon."
+        )
+    elif factor > 1.0:
         warnings.append(
             f"A release of this dataset is charged epsilon {charged:.4g} for epsilon {epsilon:g}: one person "
             f"can change its scaled rows by a norm of up to {factor:.3g} in its population's relation "
@@ -170,8 +192,10 @@ def privacy_report(
         )
     if dataset.scaling["kind"] == "max_norm":
         warnings.append("max_norm scaling is computed from the data: releases carry no formal guarantee.")
-    fits_budget = fits(eps_spent, charged, population.epsilon_budget) and fits(
-        delta_spent, delta, population.delta_budget
+    fits_budget = (
+        charged is not None
+        and fits(eps_spent, charged, population.epsilon_budget)
+        and fits(delta_spent, delta, population.delta_budget)
     )
     if not fits_budget:
         warnings.append("a release at these parameters does not fit in the population's budget left")
@@ -191,9 +215,7 @@ def privacy_report(
         noise_std=cal.sigma,
         guarantee=guarantee_statement(dataset, cal, features) + relation_statement(dataset, factor, charged),
         features=features,
-        larger_changes=[
-            GuaranteeAtChange(change=c, epsilon=epsilon_for_change(cal, c)) for c in LARGER_CHANGES
-        ],
+        larger_changes=[GuaranteeAtChange(change=c, epsilon=_epsilon_at(cal, c, 1)) for c in LARGER_CHANGES],
         large_delta=big_delta,
         outcomes=outcomes_statement(dataset),
         warnings=warnings,

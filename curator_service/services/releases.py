@@ -36,6 +36,7 @@ from curator_service.services import populations
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset
 from curator_service.storage import ArrayStore
+from shared.errors import InputDataError
 from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change, gaussian_release
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rng import os_entropy_rng
@@ -95,7 +96,17 @@ def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
         )
     cal = calibrate(params.epsilon, params.delta, dataset.d)
     factor = populations.charge_factor(dataset)
-    charged = params.epsilon if factor <= 1.0 else max(params.epsilon, epsilon_for_change(cal, factor))
+    try:
+        charged = (
+            params.epsilon
+            if factor <= 1.0
+            else max(params.epsilon, epsilon_for_change(cal, factor, rows=dataset.rows_per_person or 1))
+        )
+    except InputDataError as exc:
+        raise InvalidInput(
+            f"{exc}. One person can change dataset {dataset.id}'s scaled rows by a norm of up to "
+            f"{factor:.3g} in its population's relation: " + "; ".join(_charge_reasons(dataset))
+        ) from None
     native = {
         "kind": "gaussian",
         "noise_multiplier": cal.noise_multiplier / factor,  # in the population's relation
@@ -111,6 +122,15 @@ def _why_charged(dataset: Dataset, plan: _Plan, asked: float) -> str:
     """Why a release costs more than its epsilon (empty when it does not)."""
     if plan.charged_epsilon <= asked * (1 + BUDGET_RTOL):
         return ""
+    return (
+        f" (a release at epsilon {asked:g} costs epsilon {plan.charged_epsilon:.4g} here: "
+        + "; ".join(_charge_reasons(dataset))
+        + ")"
+    )
+
+
+def _charge_reasons(dataset: Dataset) -> list[str]:
+    """What makes one person's change larger than the DP unit in this dataset's scaled units."""
     reasons = []
     if (dataset.reference_factor or 1.0) > 1.0:
         reasons.append(
@@ -125,11 +145,7 @@ def _why_charged(dataset: Dataset, plan: _Plan, asked: float) -> str:
         )
     if dataset.rows_per_person > 1:
         reasons.append(f"a person may have {dataset.rows_per_person} rows (a change of norm sqrt(k))")
-    return (
-        f" (a release at epsilon {asked:g} costs epsilon {plan.charged_epsilon:.4g} here: "
-        + "; ".join(reasons)
-        + ")"
-    )
+    return reasons
 
 
 def check_total_delta(

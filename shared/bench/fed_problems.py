@@ -174,7 +174,9 @@ def simulate(
     Round t = 1..rounds (Algorithm 2): r ~ U(0, 1); r <= p_t -> argmax of the agent's own posterior sample
     (eq. 2) on the grid; else argmax of phi(x)^T omega_{t-1}^(i[x]). After observing, every agent samples
     omega_{n,t} from its posterior (eq. 2) and the coordinator aggregates (Algorithm 1) over the frozen list;
-    without DP: q = 1, no clipping (S = 1e300), no noise. ``ts``: no aggregation, local TS every round.
+    without DP: q = 1, no clipping (S just above the largest submission's norm, each round: the aggregate's
+    exact sum snaps to a lattice relative to S, so S = inf would erase it), no noise. ``ts``: no aggregation,
+    local TS every round.
     """
     N, d, M, P = prob.N, prob.d, rff.M, cfg.P
     regions = split_box(np.zeros(d), np.ones(d), P)
@@ -197,7 +199,7 @@ def simulate(
     if cfg.dp:
         q, z, S = float(cfg.q or 1.0), float(cfg.z or 1.0), float(cfg.S or 1.0)
     else:
-        q, z, S = 1.0, 1.0, 1e300
+        q, z, S = 1.0, 1.0, math.inf  # S: per round, below
 
     clipped, sampled_total = 0, 0
     agg: FloatArray | None = None
@@ -223,9 +225,10 @@ def simulate(
                     N, subs, mask, M=M, P=P, S=S, q=q, z=z,
                     temperature=temperature.temperature(t), rng=rng, assignment=assign,
                 )  # fmt: skip
-            else:  # FTS / FTS-DE: the same aggregate without noise
+            else:  # FTS / FTS-DE: the same aggregate without noise, and without clipping
+                unclipped = 2.0 * math.sqrt(P) * float(np.linalg.norm(omegas[:, 0], axis=1).max())
                 agg = clean_aggregate(
-                    N, subs, mask, M=M, P=P, S=S, q=q,
+                    N, subs, mask, M=M, P=P, S=max(unclipped, 1e-300), q=q,
                     temperature=temperature.temperature(t), assignment=assign,
                 )[0]  # fmt: skip
         # round t + 1: choose, observe

@@ -51,7 +51,7 @@ import numpy.typing as npt
 
 from shared.errors import InputDataError
 from shared.federated.regions import round_robin
-from shared.privacy.lattice import LatticeGaussian, add_lattice_noise, lattice_gaussian
+from shared.privacy.lattice import LatticeGaussian, add_lattice_noise, exact_sum, lattice_gaussian, sum_slack
 from shared.privacy.rng import os_entropy_rng
 
 FloatArray = npt.NDArray[np.float64]
@@ -180,8 +180,11 @@ def round_mechanism(varphi: npt.ArrayLike, *, S: float, q: float, z: float, M: i
     q = _q(q)
     weights = np.asarray(varphi, dtype=np.float64)
     P = int(weights.shape[0]) if weights.ndim == 2 else 1
-    s = float(np.max(weights)) * S / q
-    return lattice_gaussian(s, z, P * int(M), value_bound=S / (q * math.sqrt(P)))
+    N = int(weights.shape[-1])
+    bound = S / (q * math.sqrt(P))
+    # one agent's joint contribution, plus what the exact sum over the N agents adds (``sum_slack``)
+    s = float(np.max(weights)) * S / q + sum_slack(N, bound, P * int(M), mean=False)
+    return lattice_gaussian(s, z, P * int(M), value_bound=bound)
 
 
 def noise_std(varphi: npt.ArrayLike, *, S: float, q: float, z: float, M: int = 1) -> float:
@@ -265,7 +268,10 @@ def clean_aggregate(
     Wsub[~mask] = 0.0  # unsampled agents contribute 0 (line 8 loops over S_t only)
 
     W_hat = clip_rows(Wsub, S / math.sqrt(P))  # line 9, [N, M]
-    aggregate: FloatArray = (varphi @ W_hat) / q  # line 10: sum_n varphi_n^(i) hat omega_n / q, [P, M]
+    # line 10: sum_n varphi_n^(i) hat omega_n / q, [P, M]. Each agent's weighted contribution is computed on
+    # its own, then the N of them are summed exactly (a float sum's rounding would depend on every agent)
+    contributions = varphi.T[:, :, None] * W_hat[:, None, :] / q  # [N, P, M]
+    aggregate: FloatArray = exact_sum(contributions, S / (q * math.sqrt(P))).value
     return aggregate, varphi
 
 

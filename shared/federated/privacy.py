@@ -20,6 +20,10 @@ against (1-q) N(0, z^2) + q N(1, z^2)); dp-accounting's RDP accountant does not 
 Poisson-sampled event under REPLACE_ONE, so "rdp" there is the group-privacy bound of two zero-out steps,
 (2 epsilon_0, (1 + e^epsilon_0) delta_0)-DP.
 
+The services report the implemented mechanism's epsilon: ``entries = P M`` folds in the Gaussian sampler's
+margins (``federation_sampler_margins``; ~1e-8 of epsilon at the defaults). The paper comparisons below are
+the ideal mechanism's.
+
 Measured (delta = 1/200^1.1, T = 40, z = 1): PLD 3.96 / 7.05 / 15.71 and RDP 4.88 / 8.41 / 18.40 for
 q = 0.15 / 0.25 / 0.5, against the paper's moments-accountant 5.93 / 9.91 / 20.12 (upper bounds);
 z = 1.2 / 1.5 at q = 0.25: PLD 5.15 / 3.60, RDP 6.18 / 4.27 (paper 7.39 / 5.22). Replace-one, PLD:
@@ -45,6 +49,7 @@ import numpy.typing as npt
 from shared.errors import InputDataError
 from shared.federated.coordinator import DEFAULT_A, softmax_weights
 from shared.federated.regions import round_robin
+from shared.privacy.lattice import SamplerMargins, sampler_margins
 
 if TYPE_CHECKING:  # dp_accounting and scipy.stats are imported when first used (~1 s a service need not pay)
     import dp_accounting
@@ -57,6 +62,7 @@ __all__ = [  # (and RDP_ORDERS, dp-accounting's default orders, computed on firs
     "compare_rules",
     "federated_epsilon",
     "federated_epsilon_replace_one",
+    "federation_sampler_margins",
     "frozen_round_delta",
     "renormalised_round_delta",
     "round_event",
@@ -128,13 +134,45 @@ def _epsilon(q: float, z: float, rounds: int, delta: float, accountant: str, rel
     return float(acc.get_epsilon(delta))
 
 
+def federation_sampler_margins(
+    z: float, rounds: int, delta: float, entries: int, *, replace: bool = True
+) -> SamplerMargins:
+    """The Gaussian sampler's margins over ``rounds`` rounds of ``entries`` = P M aggregate entries
+    (``shared.privacy.lattice.sampler_margins``). Each round is a mixture of lattice Gaussians around the
+    aggregate without the agent and with it (zero-out: 1/z noise standard deviations apart; replace-one: three
+    means up to 2/z apart, so the shifted tail is counted twice); on outputs where the sampler is dense
+    around every mean, each component, hence the mixture, is within the same factor of the ideal one.
+    InputDataError when the delta margin would take half of ``delta`` (replace-one, the default, is the
+    stricter: a federation is checked with it when created)."""
+    if replace:
+        half = sampler_margins(entries, z / 2.0, delta / 2.0, rounds)
+        margins = SamplerMargins(half.epsilon, 2.0 * half.delta, half.window_bits)
+    else:
+        margins = sampler_margins(entries, z, delta, rounds)
+    if margins.delta >= 0.5 * delta:
+        raise InputDataError(
+            f"delta = {delta:g} is too small for pobo's Gaussian sampler to back over {rounds} rounds of "
+            f"{entries} noisy entries at z = {z:g} (it can differ from the ideal Gaussian mechanism with "
+            f"probability up to {margins.delta:.2g}): choose a larger delta or a larger z"
+        )
+    return margins
+
+
 def federated_epsilon(
-    q: float, z: float, rounds: int, delta: float = 1e-5, accountant: Accountant = "pld"
+    q: float,
+    z: float,
+    rounds: int,
+    delta: float = 1e-5,
+    accountant: Accountant = "pld",
+    *,
+    entries: int | None = None,
 ) -> float:
     """epsilon at ``delta`` after ``rounds`` rounds of Algorithm 1 (zero-out relation, REPLACE_SPECIAL).
 
     The Poisson-subsampled Gaussian (rate q, noise multiplier z) composed ``rounds`` times, by dp-accounting's
     PLD (tight up to discretisation, pessimistic) or RDP accountant (an upper bound). 0 for 0 rounds.
+    ``entries`` (P M, the aggregate's size): the implemented mechanism's epsilon, with the Gaussian sampler's
+    margins folded in (``federation_sampler_margins``); None: the ideal mechanism's (the paper's comparisons).
     Issue 16 fixes this name and ``shared.accounting.federated_epsilon`` as its import path.
     """
     import dp_accounting
@@ -142,11 +180,21 @@ def federated_epsilon(
     q, z, rounds, delta = _args(q, z, rounds, delta)
     if rounds == 0:
         return 0.0
-    return _epsilon(q, z, rounds, delta, accountant, dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+    relation = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    if entries is None:
+        return _epsilon(q, z, rounds, delta, accountant, relation)
+    margins = federation_sampler_margins(z, rounds, delta, entries, replace=False)
+    return _epsilon(q, z, rounds, margins.ideal_delta(delta), accountant, relation) + margins.epsilon
 
 
 def federated_epsilon_replace_one(
-    q: float, z: float, rounds: int, delta: float = 1e-5, accountant: Accountant = "pld"
+    q: float,
+    z: float,
+    rounds: int,
+    delta: float = 1e-5,
+    accountant: Accountant = "pld",
+    *,
+    entries: int | None = None,
 ) -> float:
     """epsilon at ``delta`` when one agent's submissions are REPLACED by arbitrary others (replace-one).
 
@@ -154,13 +202,21 @@ def federated_epsilon_replace_one(
     worlds: (1-q) N(0, z^2) + q N(-1, z^2) against (1-q) N(0, z^2) + q N(1, z^2) per round). "rdp": the
     group-privacy bound through the zero-out world in between, 2 epsilon_0 where epsilon_0 is the RDP
     zero-out epsilon at delta_0 with (1 + e^epsilon_0) delta_0 = delta (found by a few fixed-point steps).
+    ``entries``: as for ``federated_epsilon``.
     """
-    import dp_accounting
-    from dp_accounting.rdp import rdp_privacy_accountant
-
     q, z, rounds, delta = _args(q, z, rounds, delta)
     if rounds == 0:
         return 0.0
+    if entries is None:
+        return _replace_one(q, z, rounds, delta, accountant)
+    margins = federation_sampler_margins(z, rounds, delta, entries, replace=True)
+    return _replace_one(q, z, rounds, margins.ideal_delta(delta), accountant) + margins.epsilon
+
+
+def _replace_one(q: float, z: float, rounds: int, delta: float, accountant: Accountant) -> float:
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+
     if accountant == "pld":
         return _epsilon(q, z, rounds, delta, "pld", dp_accounting.NeighboringRelation.REPLACE_ONE)
     if accountant != "rdp":

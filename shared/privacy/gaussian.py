@@ -57,12 +57,15 @@ from shared.privacy.lattice import (
     MAX_SIGMA_STEPS,
     RELAXATION,
     LatticeGaussian,
+    SamplerMargins,
     add_lattice_noise,
+    check_sampler_margins,
     lattice_gaussian,
     lattice_noise,
+    sampler_margins,
 )
 from shared.privacy.params import check_epsilon_delta, check_r
-from shared.privacy.rng import os_entropy_rng
+from shared.privacy.rng import derived_rng, os_entropy_rng
 from shared.privacy.rows import FloatArray, check_matrix, raise_not_finite, read_block, row_blocks
 
 __all__ = [
@@ -91,6 +94,7 @@ class GaussianCalibration:
     sensitivity: float  # Delta = 1 + g sqrt(d)
     noise_multiplier: float  # z = sigma / Delta = sigma_1(epsilon, delta)
     sigma: float  # noise standard deviation, in scaled units
+    sampler: SamplerMargins  # the sampler's margins calibrated for: (epsilon - margin, delta less margin)
 
     @property
     def max_abs_value(self) -> float:
@@ -115,8 +119,13 @@ class GaussianRelease:
 @functools.lru_cache(maxsize=256)
 def _calibrate(epsilon: float, delta: float, d: int) -> GaussianCalibration:
     # z: the smallest noise multiplier with Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z) <= delta
-    # (Balle & Wang, Thm. 8), verified in log space and stepped up until it holds (``noise_multiplier_for``)
-    z = noise_multiplier_for(epsilon, delta)
+    # (Balle & Wang, Thm. 8), verified in log space and stepped up until it holds (``noise_multiplier_for``),
+    # for (epsilon, delta) less the sampler's margins on one row's d entries (``shared.privacy.lattice``):
+    # the implemented release then is (epsilon, delta)-DP. The delta margin only shrinks as z grows, so the
+    # margins at z0 <= z cover the calibrated z.
+    z0 = noise_multiplier_for(epsilon, delta)
+    margins = check_sampler_margins(epsilon, delta, d, z0)
+    z = noise_multiplier_for(epsilon - margins.epsilon, margins.ideal_delta(delta))
     mech = lattice_gaussian(1.0, z, d)  # one row moves by norm <= 1: the lattice adds g sqrt(d)
     return GaussianCalibration(
         epsilon=epsilon,
@@ -127,6 +136,7 @@ def _calibrate(epsilon: float, delta: float, d: int) -> GaussianCalibration:
         sensitivity=mech.lattice_sensitivity,
         noise_multiplier=z,
         sigma=mech.sigma,
+        sampler=margins,
     )
 
 
@@ -138,27 +148,45 @@ def calibrate(epsilon: float, delta: float, d: int) -> GaussianCalibration:
     return _calibrate(eps, dlt, int(d))
 
 
-def epsilon_for_change(calibration: GaussianCalibration, change: float) -> float:
-    """The epsilon (at the release's delta) protecting a row change of norm ``change`` in scaled units.
+def epsilon_for_change(calibration: GaussianCalibration, change: float, *, rows: int = 1) -> float:
+    """The epsilon (at the release's delta) protecting a change of norm ``change`` in scaled units, spread
+    over at most ``rows`` rows (a person's rows).
 
     A change of norm c moves the mechanism's mean by c Delta, so it is protected like a unit change with
     noise multiplier z / c: the mechanism is (c / z)-GDP for it (group privacy for the Gaussian mechanism is
-    exact in this form), and ``gdp_epsilon`` never returns too small an epsilon.
+    exact in this form), and ``gdp_epsilon`` never returns too small an epsilon. The sampler's margins on the
+    rows' d entries each are folded in (``shared.privacy.lattice.sampler_margins``), as at calibration;
+    InputDataError when they cannot be (a change many noise standard deviations wide at a small delta).
     """
     if not (math.isfinite(change) and change > 0):
         raise InputDataError(f"change must be a finite number > 0, got {change!r}")
-    return gdp_epsilon(change / calibration.noise_multiplier, calibration.delta)
+    z = calibration.noise_multiplier / change
+    margins = sampler_margins(max(1, int(rows)) * calibration.d, z, calibration.delta)
+    if margins.delta >= 0.5 * calibration.delta:
+        raise InputDataError(
+            f"a change of norm {change:g} is not covered by a proven epsilon at delta = "
+            f"{calibration.delta:g}: it moves the release's mean by {1.0 / z:.3g} noise standard deviations, "
+            "where pobo's Gaussian sampler is not proven accurate enough; release with a larger delta or a "
+            "smaller epsilon"
+        )
+    return gdp_epsilon(1.0 / z, margins.ideal_delta(calibration.delta)) + margins.epsilon
 
 
 def noisy_rows(
-    Xb: FloatArray, calibration: GaussianCalibration, rng: np.random.Generator, *, checked: bool = False
+    Xb: FloatArray,
+    calibration: GaussianCalibration,
+    rng: np.random.Generator,
+    *,
+    checked: bool = False,
+    dither_rng: np.random.Generator | None = None,
 ) -> FloatArray:
     """Y = g (rint(X / g) + E) for one block of scaled rows: the Gaussian mechanism, noise added exactly.
 
     Everything the release does after this (centring, projecting) is post-processing of Y. ``checked``: the
     caller verified that X is finite and inside the lattice's range (``gaussian_release`` does, naming rows).
+    ``dither_rng``: the dither's own stream (``shared.privacy.lattice.lattice_noise``).
     """
-    return add_lattice_noise(calibration.mechanism, Xb, rng, checked=checked)
+    return add_lattice_noise(calibration.mechanism, Xb, rng, checked=checked, dither_rng=dither_rng)
 
 
 def gaussian_release(
@@ -189,6 +217,7 @@ def gaussian_release(
     B: FloatArray | None = None
     if r is not None:
         B = rng.standard_normal((d, int(r))) / math.sqrt(int(r))  # M / sqrt(r); never stored
+    dither = derived_rng(rng)  # the dither's own stream: the blocks' size does not change the noise
     Z = np.empty((n, d if B is None else B.shape[1]))
     colsum = np.zeros(d)
     limit = cal.max_abs_value
@@ -206,7 +235,7 @@ def gaussian_release(
                 "the Gaussian release represents |x| below that: rescale the features"
             )
         # the mechanism's output; everything below is post-processing
-        Yb = noisy_rows(Xb, cal, rng, checked=True)
+        Yb = noisy_rows(Xb, cal, rng, checked=True, dither_rng=dither)
         colsum += Yb.sum(axis=0)
         if B is None:
             Z[start:stop] = Yb

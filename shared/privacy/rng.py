@@ -11,7 +11,9 @@ model includes partners who know some rows exactly (and so see the noise added t
 
 A generator created before a server forks would repeat its stream in every worker, and a user-chosen seed
 would let whoever chose it undo the noise; so every release and every noise draw calls ``os_entropy_rng()``
-at the moment it needs randomness. No API accepts a seed for production noise. ``seeded_rng(seed)`` builds the
+at the moment it needs randomness. ``derived_rng(rng)`` keys a second, independent AES-CTR stream from 128
+bits of ``rng`` (a stream of its own for the release's dither, so that the noise does not depend on how the
+rows are cut into blocks). No API accepts a seed for production noise. ``seeded_rng(seed)`` builds the
 same generator from a fixed key, for tests, benchmarks and the privacy audit (which must be reproducible and
 should exercise the production generator).
 """
@@ -23,7 +25,7 @@ import secrets
 import numpy as np
 from randomgen import AESCounter
 
-__all__ = ["os_entropy_rng", "seeded_rng"]
+__all__ = ["derived_rng", "os_entropy_rng", "seeded_rng"]
 
 _KEY_BITS = 128
 
@@ -38,3 +40,10 @@ def seeded_rng(seed: int) -> np.random.Generator:
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= int(seed) < 2**_KEY_BITS:
         raise ValueError(f"seed must be an integer in [0, 2^{_KEY_BITS}), got {seed!r}")
     return np.random.Generator(AESCounter(key=int(seed)))
+
+
+def derived_rng(rng: np.random.Generator) -> np.random.Generator:
+    """A second AES-128-CTR generator keyed by 128 bits drawn from ``rng``: as unpredictable as ``rng``, and
+    independent of the rest of its stream (the key is never output)."""
+    hi, lo = (int(w) for w in rng.integers(0, 2**64, size=2, dtype=np.uint64))
+    return np.random.Generator(AESCounter(key=(hi << 64) | lo))

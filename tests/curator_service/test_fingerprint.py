@@ -1,5 +1,5 @@
 """Column signatures (``curator_service.fingerprint``): the same people survive every accident of issue 31,
-and unrelated tables never match.
+and unrelated tables never match (nor do different people who share one repeated design column).
 
 False matches are measured on the bundled demo and scikit-learn's diabetes and breast-cancer data, each
 truncated to the other's number of rows (same-n is the first filter: without truncation nothing could match).
@@ -53,7 +53,7 @@ def test_the_same_people_match_through_every_accident() -> None:
         "one ulp": _signatures(ulp, y),
         "shuffled, reversed columns": _signatures(X[perm][:, ::-1]),
         "age in months": _signatures(months[:, :2]),
-        "a feature subset": _signatures(X[:, [4]]),
+        "a feature subset": _signatures(X[:, [4, 2]]),
         "overlap plus a new column": _signatures(
             np.column_stack([X[:, 5:], np.random.default_rng(1).normal(size=n)])
         ),
@@ -100,6 +100,28 @@ def test_uninformative_columns_never_decide_alone() -> None:
     assert same_people(n, a, n, b) == []
     constant = _signatures(np.ones((n, 1)))[0]
     assert constant.sketch == () and not constant.informative and constant.std == 0.0
+
+
+def test_a_repeated_design_column_does_not_decide_alone() -> None:
+    """Two trials of 200 patients with the same balanced design (40 dose levels x 5 patients): the dose
+    column is the same in both, but they are different people. One shared column with fewer than n / 2
+    distinct values is not enough; a second shared column, or one with many distinct values, is."""
+    rng = np.random.default_rng(4)
+    n = 200
+    dose = np.repeat(np.arange(40) * 2.5 + 10, 5)
+    a = _signatures(np.column_stack([rng.permutation(dose), rng.normal(size=n)]))
+    b = _signatures(np.column_stack([rng.permutation(dose), rng.normal(size=n)]))
+    assert a[0].informative and b[0].informative and a[0].distinct < n / 2
+    assert same_people(n, a, n, b) == []  # the design alone
+    weight = rng.normal(70, 12, n).round(1)
+    c = _signatures(np.column_stack([dose, weight]))
+    d = _signatures(np.column_stack([dose, weight])[rng.permutation(n)])
+    assert len(same_people(n, c, n, d)) == 2  # the design and a second column: the same people
+    e = _signatures(rng.normal(size=(n, 1)))
+    f = _signatures(e_values := rng.normal(size=(n, 1)))
+    assert same_people(n, e, n, f) == []
+    g = _signatures(e_values[rng.permutation(n)])
+    assert same_people(n, g, n, f)  # one continuous column (n distinct values) decides alone
 
 
 def test_signatures_survive_extreme_values_and_round_trip_through_json() -> None:

@@ -187,7 +187,7 @@ async def test_mixed_scalings_are_charged_in_the_populations_relation(client: ht
     """Issue 31, Why 2: one population, age declared at 1 year (the reference) and then at 0.01 years."""
     X, y, names = _cohort(seed=33)
     coarse = (
-        await upload(client, make_csv(X, names=names), scaling='{"age_years": 1}', epsilon_budget=50)
+        await upload(client, make_csv(X, names=names), scaling='{"age_years": 1}', epsilon_budget=30)
     ).json()
     fine = (await upload(client, make_csv(X, names=names), scaling='{"age_years": 0.01}')).json()
     assert fine["population_id"] == coarse["population_id"] and fine["reference_factor"] == pytest.approx(100)
@@ -198,19 +198,32 @@ async def test_mixed_scalings_are_charged_in_the_populations_relation(client: ht
         ("bp", 1.0),
         ("lab", 1.0),
     ]
+
+    async def report(epsilon: float, delta: float) -> dict:
+        params = {"epsilon": epsilon, "delta": delta}
+        return (await client.get(f"/v1/datasets/{fine['id']}/privacy", headers=ADMIN, params=params)).json()
+
     # a release of the fine dataset protects a one-year change only at the epsilon of a norm-100 change
-    report = (
-        await client.get(
-            f"/v1/datasets/{fine['id']}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5}
-        )
-    ).json()
-    assert report["charge_factor"] == pytest.approx(100) and report["charged_epsilon"] > 300
-    assert report["features"][0]["reference_change"] == pytest.approx(1.0)  # one year, in its own units
-    assert report["fits_budget"] is False and "charged epsilon" in report["guarantee"]
+    expected = epsilon_for_change(calibrate(0.1, 1e-6, 3), 100.0)  # the norm-100 change, at (0.1, 1e-6)
+    backed = await report(0.1, 1e-6)
+    assert backed["charge_factor"] == pytest.approx(100) and backed["charged_epsilon"] == pytest.approx(
+        expected
+    )
+    assert expected > 10 and "charged epsilon" in backed["guarantee"]
+    assert backed["features"][0]["reference_change"] == pytest.approx(1.0)  # one year, in its own units
+    # at epsilon 1 the norm-100 change moves the mean by ~27 noise standard deviations: no epsilon is proven
+    # for it, the report says so and a release is refused (422) with the reason and what to change
+    unbacked = await report(1.0, 1e-5)
+    assert unbacked["charged_epsilon"] is None and unbacked["fits_budget"] is False
+    assert any("would be refused" in w for w in unbacked["warnings"])
+    assert "no epsilon is proven" in unbacked["guarantee"]
     refused = await client.post(
         f"/v1/datasets/{fine['id']}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5}
     )
-    assert refused.status_code == 409 and "age_years 100x" in refused.json()["detail"]
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["detail"]
+    assert "not covered by a proven epsilon" in detail and "age_years 100x" in detail
+    assert "smaller epsilon" in detail
     # the coarse dataset's releases cost their epsilon; the fine one's are charged the norm-100 change
     assert (
         await client.post(
@@ -223,11 +236,55 @@ async def test_mixed_scalings_are_charged_in_the_populations_relation(client: ht
     assert small.status_code == 201, small.text
     ledger = (await client.get(f"/v1/populations/{coarse['population_id']}/ledger", headers=ADMIN)).json()
     charged = ledger["entries"][-1]
-    expected = epsilon_for_change(calibrate(0.1, 1e-6, 3), 100.0)  # the norm-100 change, at (0.1, 1e-6)
-    assert (
-        charged["nominal_epsilon"] == 0.1 and charged["epsilon"] == pytest.approx(expected) and expected > 10
+    assert charged["nominal_epsilon"] == 0.1 and charged["epsilon"] == pytest.approx(expected)
+    # 1 + 16.3 spent of 30: a second one does not fit, and the refusal says why it costs what it costs
+    again = await client.post(
+        f"/v1/datasets/{fine['id']}/releases", headers=ADMIN, json={"epsilon": 0.1, "delta": 1e-6}
     )
+    assert again.status_code == 409 and "age_years 100x" in again.json()["detail"]
     assert charged["native"]["charge_factor"] == pytest.approx(100)
+
+
+async def test_a_finer_scale_cannot_escape_its_charge_by_dropping_a_row(client: httpx.AsyncClient) -> None:
+    """Review of issue 31: the same people minus one row (signatures no longer match) declared into the same
+    population with age at 0.01 years: the known name maps it onto the relation, and it is charged."""
+    X, _, names = _cohort(seed=39)
+    ward = (
+        await upload(client, make_csv(X, names=names), population="ward", scaling='{"age_years": 1}')
+    ).json()
+    fewer = await upload(
+        client, make_csv(X[1:], names=names), population="ward", scaling='{"age_years": 0.01}'
+    )
+    assert fewer.status_code == 201, fewer.text
+    body = fewer.json()
+    assert body["population_id"] == ward["population_id"] and body["reference_factor"] == pytest.approx(
+        100, rel=0.05
+    )
+    population = (await client.get(f"/v1/populations/{ward['population_id']}", headers=ADMIN)).json()
+    assert [r["feature"] for r in population["reference"]] == ["age_years", "bp", "lab"]  # no second age
+
+
+async def test_two_columns_holding_one_feature_are_charged_as_one_change(client: httpx.AsyncClient) -> None:
+    """Review of issue 31: age in years is the relation; a later upload holds it in years and in months. A
+    one-year change moves both columns, a norm of sqrt(1 + 1) in that upload's scaled units."""
+    X, _, names = _cohort(seed=40)
+    first = (await upload(client, make_csv(X, names=names), scaling='{"age_years": 1}')).json()
+    both = np.column_stack([X, X[:, 0] * 12.0])
+    again = await upload(
+        client, make_csv(both, names=[*names, "age_months"]), scaling='{"age_years": 1, "age_months": 12}'
+    )
+    body = again.json()
+    assert body["population_id"] == first["population_id"]
+    assert body["reference_factor"] == pytest.approx(np.sqrt(2.0))
+    report = (
+        await client.get(
+            f"/v1/datasets/{body['id']}/privacy", headers=ADMIN, params={"epsilon": 1, "delta": 1e-5}
+        )
+    ).json()
+    assert report["charge_factor"] == pytest.approx(np.sqrt(2.0))
+    assert report["charged_epsilon"] == pytest.approx(
+        epsilon_for_change(calibrate(1.0, 1e-5, 4), np.sqrt(2.0))
+    )
 
 
 async def test_a_release_without_a_guarantee_turns_the_population_formal_guarantee_false(

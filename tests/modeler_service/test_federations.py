@@ -36,6 +36,9 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
     )
 
 
+ENTRIES = 2 * 8  # P M: the aggregate's noisy entries per round (fed_body)
+
+
 def fed_body(**overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "dimension": 2,
@@ -125,6 +128,8 @@ def test_create_publishes_the_features(client: Any) -> None:
         ({"round_seconds": 0}, "round_seconds"),
         ({"rounds": 0}, "rounds"),
         ({"seed": 3}, "seed"),
+        # z = 0.1 puts a neighbour's mean 20 noise standard deviations away: the sampler cannot back delta
+        ({"z": 0.1, "delta": 1e-9}, "too small for pobo's Gaussian sampler to back over 3 rounds"),
     ],
 )
 def test_create_refuses_bad_parameters(client: Any, overrides: dict[str, Any], message: str) -> None:
@@ -250,8 +255,14 @@ def test_a_round_closes_at_its_deadline_only_and_once(client: Any, app: Any) -> 
     closed = client.get(f"/v1/federations/{fid}/rounds/1").json()
     assert closed["status"] == "closed"
     assert np.asarray(closed["aggregates"]).shape == (2, 8)
-    assert closed["epsilon_pld"] == pytest.approx(federated_epsilon(1.0, 5.0, 1, 1e-5, "pld"))
-    assert closed["epsilon_rdp"] == pytest.approx(federated_epsilon(1.0, 5.0, 1, 1e-5, "rdp"))
+    # the implemented mechanism's epsilon: the accountant's at delta less the sampler's margin, plus it
+    assert closed["epsilon_pld"] == pytest.approx(
+        federated_epsilon(1.0, 5.0, 1, 1e-5, "pld", entries=ENTRIES)
+    )
+    assert closed["epsilon_pld"] > federated_epsilon(1.0, 5.0, 1, 1e-5, "pld")
+    assert closed["epsilon_rdp"] == pytest.approx(
+        federated_epsilon(1.0, 5.0, 1, 1e-5, "rdp", entries=ENTRIES)
+    )
     assert count(app, FederationSubmission) == 0  # raw submissions purged with the close
     fed = client.get(f"/v1/federations/{fid}").json()
     assert fed["round"] == 2 and fed["rounds_closed"] == 1 and fed["epsilon_pld"] == closed["epsilon_pld"]
@@ -332,8 +343,8 @@ def test_restart_mid_round(settings: Settings, curator: Any) -> None:
 
 
 def test_budget(client: Any) -> None:
-    eps1 = federated_epsilon(1.0, 5.0, 1, 1e-5, "pld")
-    eps2 = federated_epsilon(1.0, 5.0, 2, 1e-5, "pld")
+    eps1 = federated_epsilon(1.0, 5.0, 1, 1e-5, "pld", entries=ENTRIES)
+    eps2 = federated_epsilon(1.0, 5.0, 2, 1e-5, "pld", entries=ENTRIES)
     fid, _ = setup_federation(client, agents=1, epsilon_budget=eps1 / 2)
     refused = client.post(f"/v1/federations/{fid}/start")
     assert refused.status_code == 409 and "> the budget" in refused.json()["detail"]

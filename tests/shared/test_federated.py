@@ -46,7 +46,8 @@ from shared.federated import (
     split_box,
 )
 from shared.federated.privacy import RDP_ORDERS, _scale_hockey_stick
-from shared.privacy.lattice import LatticeGaussian
+from shared.privacy.lattice import LatticeGaussian, sum_step
+from tests.shared.lattice_reference import dithered_noise
 
 # ---------------------------------------------------------------------------------------------- RFF
 
@@ -206,10 +207,12 @@ def _algorithm1_by_the_lines(N, P, subs, sampled, S, q, z, varphi, eta):  # type
 
 def with_exact_noise(clean: np.ndarray, mechanism: LatticeGaussian, seed: int) -> np.ndarray:
     """What line 11 releases from ``clean`` with the generator default_rng(seed): the clean aggregate snapped
-    to the lattice g Z^(P x M) plus integer noise rint(N sigma / g), times g (never clean + float noise)."""
-    N = np.random.default_rng(seed).standard_normal(clean.shape)
+    to the lattice g Z^(P x M) plus integer noise rint((N + V) / g) (V: the dither), times g (never
+    clean + float noise)."""
     g = mechanism.granularity
-    return g * (np.rint(clean / g) + np.rint(N * mechanism.steps))
+    return g * (
+        np.rint(clean / g) + dithered_noise(np.random.default_rng(seed), clean.shape, mechanism.steps)
+    )
 
 
 def test_aggregate_by_hand_on_fixed_inputs() -> None:
@@ -221,7 +224,8 @@ def test_aggregate_by_hand_on_fixed_inputs() -> None:
     w1 = np.array([0.5, 0.5])  # norm 0.71 < sqrt(2): unchanged
     expected = (w0 + w1) / 3.0 / 0.5
     clean, varphi = clean_aggregate(3, subs, [0, 1, 2], **kw)
-    np.testing.assert_allclose(clean, np.vstack([expected, expected]), rtol=1e-15)
+    h = sum_step(3, 2.0 / (0.5 * math.sqrt(2)))  # each agent's contribution is snapped to h before the sum
+    np.testing.assert_allclose(clean, np.vstack([expected, expected]), rtol=0, atol=3 * h / 2)
     mechanism = round_mechanism(varphi, S=2.0, q=0.5, z=1.0, M=2)
     np.testing.assert_array_equal(out, with_exact_noise(clean, mechanism, 0))
     paper = 1.0 * (1 / 3) * 2.0 / 0.5  # z varphi_max S / q, for the P * M = 4 coordinates
@@ -242,7 +246,8 @@ def test_aggregate_matches_algorithm1_transcript_with_softmax_weights() -> None:
     np.testing.assert_allclose(softmax_weights(round_robin(N, P), P, 1.0), varphi, rtol=1e-12)
     ref = _algorithm1_by_the_lines(N, P, subs, sampled, S, q, z, varphi, np.zeros((P, M)))
     clean, _ = clean_aggregate(N, subs, sampled, M=M, P=P, S=S, q=q, temperature=1.0)
-    np.testing.assert_allclose(clean, ref, rtol=1e-12, atol=1e-12)
+    h = sum_step(N, S / (q * math.sqrt(P)))  # the exact sum's snapping: at most h / 2 per agent
+    np.testing.assert_allclose(clean, ref, rtol=0, atol=N * h / 2)
     # line 11: the noise std is z varphi_max S / q for the P * M coordinates, added exactly
     mechanism = round_mechanism(varphi, S=S, q=q, z=z, M=M)
     np.testing.assert_array_equal(out, with_exact_noise(clean, mechanism, 12))

@@ -22,6 +22,8 @@ from shared.privacy.gaussian import (
     gaussian_release,
     lattice_noise,
 )
+from shared.privacy.gdp import noise_multiplier_for
+from shared.privacy.lattice import sampler_margins
 
 
 def balle_wang_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
@@ -36,9 +38,17 @@ def test_calibration_is_the_smallest_sigma_of_the_exact_condition(
     epsilon: float, delta: float, d: int
 ) -> None:
     cal = calibrate(epsilon, delta, d)
-    # exactly (epsilon, delta) at the lattice's sensitivity, and not more noise than needed (1e-6 relative)
-    assert balle_wang_delta(cal.sigma, epsilon, cal.sensitivity) <= delta
-    assert balle_wang_delta(cal.sigma * (1 - 1e-6), epsilon, cal.sensitivity) > delta
+    m = cal.sampler
+    # the margins are the sampler's at this noise (and window): recomputed independently they are no larger
+    again = sampler_margins(d, cal.noise_multiplier, delta, window_bits=m.window_bits)
+    assert again.epsilon == m.epsilon and again.delta <= m.delta
+    assert 0 < m.epsilon < 2e-4 * epsilon and 0 < m.delta <= delta / 1024
+    # the ideal mechanism is exactly (epsilon - margin, delta less margin) at the lattice's sensitivity, so
+    # the implemented one is (epsilon, delta); and not more noise than needed for that (1e-6 relative)
+    ideal = balle_wang_delta(cal.sigma, epsilon - m.epsilon, cal.sensitivity)
+    assert math.exp(m.epsilon / 2) * ideal + m.delta <= delta
+    smaller = balle_wang_delta(cal.sigma * (1 - 1e-6), epsilon - m.epsilon, cal.sensitivity)
+    assert smaller > m.ideal_delta(delta)
     assert cal.sigma == pytest.approx(cal.noise_multiplier * cal.sensitivity, rel=1e-15)
     # the lattice: a power of two, public (a function of epsilon, delta, d), barely adds sensitivity
     assert cal.granularity == 2.0**cal.granularity_exponent
@@ -61,20 +71,49 @@ def exact_delta(z: float, epsilon: float) -> float:
     ("epsilon", "delta"),
     [(1e-6, 1e-100), (1e-3, 1e-300), (1e-6, 1e-10), (50.0, 1e-100), (1.0, 1e-5), (100.0, 0.5), (1e-4, 0.9)],
 )
-def test_calibration_holds_at_extreme_epsilon_and_delta(epsilon: float, delta: float) -> None:
-    """delta(z) <= delta in exact arithmetic, and z is not more than 1e-6 above the smallest such z."""
-    z = calibrate(epsilon, delta, 3).noise_multiplier
+def test_the_noise_multiplier_holds_at_extreme_epsilon_and_delta(epsilon: float, delta: float) -> None:
+    """delta(z) <= delta in exact arithmetic, and z is not more than 1e-6 above the smallest such z (the
+    ideal mechanism's calibration; ``calibrate`` runs it at epsilon and delta less the sampler's margins)."""
+    z = noise_multiplier_for(epsilon, delta)
     assert exact_delta(z, epsilon) <= delta
     assert exact_delta(z * (1 - 1e-6), epsilon) > delta
 
 
 def test_the_root_finder_alone_overshoots_delta_at_the_extreme() -> None:
     """The control for the test above: dp-accounting's z alone gives 1.0000146 delta at (1e-6, 1e-100);
-    the calibration's check in log space steps it up."""
+    the check in log space steps it up."""
     from dp_accounting.gaussian_mechanism import get_sigma_gaussian
 
     assert exact_delta(get_sigma_gaussian(1e-6, 1e-100), 1e-6) > 1e-100 * (1 + 1e-5)
-    assert calibrate(1e-6, 1e-100, 3).noise_multiplier > get_sigma_gaussian(1e-6, 1e-100)
+    assert noise_multiplier_for(1e-6, 1e-100) > get_sigma_gaussian(1e-6, 1e-100)
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "d", "what"),
+    [
+        (
+            1.0,
+            1e-100,
+            3,
+            "delta = 1e-100 is too small",
+        ),  # beyond the sampler's reach: no window is dense enough
+        (50.0, 1e-6, 40, "delta = 1e-06 is too small"),  # the neighbour's mean lies 6.4 sigma away
+        (1e-9, 1e-5, 10**6, "epsilon = 1e-09 is too small"),
+    ],
+)
+def test_a_claim_the_sampler_cannot_back_is_refused_with_what_to_change(
+    epsilon: float, delta: float, d: int, what: str
+) -> None:
+    with pytest.raises(InputDataError, match=what) as err:
+        calibrate(epsilon, delta, d)
+    assert "choose" in str(err.value).lower()
+
+
+def test_the_largest_epsilon_backed_at_delta_1e_6_is_above_27() -> None:
+    """What a release can claim at all (docs/privacy.md): epsilon 27 at delta 1e-6 for 50 features."""
+    assert calibrate(27.0, 1e-6, 50).noise_multiplier > 0
+    with pytest.raises(InputDataError):
+        calibrate(29.0, 1e-6, 50)
 
 
 def test_the_issue_number_sigma_139_at_e_to_the_1_1() -> None:
@@ -84,10 +123,20 @@ def test_the_issue_number_sigma_139_at_e_to_the_1_1() -> None:
 def test_larger_changes_cost_more_epsilon() -> None:
     cal = calibrate(1.0, 1e-5, 7)
     assert epsilon_for_change(cal, 1.0) == pytest.approx(1.0, rel=1e-6)
+    assert epsilon_for_change(cal, 1.0) <= 1.0
     eps = [epsilon_for_change(cal, c) for c in (1.0, 2.0, 5.0)]
     assert eps[0] < eps[1] < eps[2]
-    # a change of norm 2 is a unit change under half the noise multiplier: Balle & Wang again
-    assert balle_wang_delta(cal.noise_multiplier, eps[1], 2.0) == pytest.approx(1e-5, rel=1e-4)
+    # a change of norm 2 is a unit change under half the noise multiplier: Balle & Wang again, at that
+    # change's sampler margins
+    m = sampler_margins(7, cal.noise_multiplier / 2, 1e-5)
+    assert balle_wang_delta(cal.noise_multiplier, eps[1] - m.epsilon, 2.0) == pytest.approx(
+        m.ideal_delta(1e-5), rel=1e-4
+    )
+    # a person's three rows: three rows' entries can differ, a larger margin (and never a smaller epsilon)
+    assert epsilon_for_change(cal, 2.0, rows=3) >= eps[1]
+    # a change of 20 moves the mean by ~5.4 sigma: no epsilon is proven at delta 1e-5 there
+    with pytest.raises(InputDataError, match="not covered by a proven epsilon"):
+        epsilon_for_change(cal, 20.0)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "1"])
@@ -110,7 +159,7 @@ def test_noise_is_gaussian_ks_test_with_a_control_that_fails() -> None:
     steps = 123456.7
     rng = np.random.default_rng(20261123)
     E = lattice_noise((200_000,), steps, rng)
-    assert E.dtype == np.int64
+    assert E.dtype == np.float64 and np.array_equal(E, np.rint(E))  # integers (exact below 2^53)
     assert stats.kstest(E / steps, "norm").pvalue > 1e-6
     half = lattice_noise((200_000,), steps / 2, rng)
     assert stats.kstest(half / steps, "norm").pvalue < 1e-6
@@ -187,7 +236,7 @@ def test_memmap_input_streams(tmp_path) -> None:
 def test_projection_is_post_processing_of_the_noisy_rows() -> None:
     """With r < d, Z = Yc M / sqrt(r): pairwise distances of Z approximate those of the noisy rows (JL)."""
     X = data(n=300, d=40, seed=4)
-    rel = gaussian_release(X, epsilon=50.0, delta=1e-6, r=30, rng=np.random.default_rng(8))
+    rel = gaussian_release(X, epsilon=25.0, delta=1e-6, r=30, rng=np.random.default_rng(8))
     assert rel.Z.shape == (300, 30) and rel.projected
     i, j = np.triu_indices(300, 1)
     Xc = X - X.mean(axis=0)

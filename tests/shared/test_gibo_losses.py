@@ -14,6 +14,7 @@ from shared.bo.gibo.losses import (
     huber_regression,
     logistic_regression,
 )
+from shared.bo.gibo.private_gradient import private_gradient_diagnostics
 from shared.errors import InputDataError
 
 B_POINTS, N_USERS, D = 4, 9, 3
@@ -118,8 +119,10 @@ def test_logistic_regression_does_not_overflow_at_huge_scores() -> None:
     with np.errstate(all="raise"):
         L = logistic_regression(theta, X, y)
     assert np.isfinite(L).all()
-    np.testing.assert_array_equal(L[0], [0.0, 1e300, 1e300, 0.0])  # z = 1e300, -1e300, 1e300, -1e300
-    np.testing.assert_array_equal(L[1], [1e300, 0.0, 0.0, 1e300])
+    # z = 1e300, -1e300, 1e300, -1e300; the softplus of a score below -700 is taken at -700 (no underflow)
+    floor = math.log1p(math.exp(-700.0))
+    np.testing.assert_array_equal(L[0], [0.0, 1e300, 1e300, floor])
+    np.testing.assert_array_equal(L[1], [1e300, 0.0, floor, 1e300])
     small, large = math.log1p(math.exp(-1)), math.log1p(math.e)
     np.testing.assert_allclose(L[2], [small, large, large, small], rtol=1e-14)
 
@@ -257,3 +260,60 @@ def test_wrong_shapes_mutation_and_crashes_are_refused(data) -> None:
         check_row_independent(gaussian_location, X[:1], rng=rng)
     with pytest.raises(InputDataError, match="at least one row array"):
         check_row_independent(gaussian_location, rng=rng)
+
+
+# ------------------------------------------------------------------------------------- no subnormal floats
+
+
+def adversarial_rows() -> tuple[np.ndarray, np.ndarray]:
+    """Rows with subnormal, tiny, huge and large-score values; outcomes 0/1 and tiny."""
+    X = np.array(
+        [
+            [1e-310, -3e-320, 0.5],  # subnormal entries
+            [1e-200, 2.0**-401, -1e-300],  # tiny: their products with a tiny theta would underflow
+            [720.0, 1.0, 0.0],  # a score of -720: exp underflows to a subnormal in a plain softplus
+            [-720.0, -1.0, 1e300],
+            [1.0, 1e-160, 1.0],
+        ]
+    )
+    y = np.array([0.0, 1.0, 1e-310, 1.0, 0.0])
+    return X, y
+
+
+THETAS = np.array([[1e-200, 1e-200, 1e-200], [-1.0, 0.0, 0.0], [1.0, 1e-170, 0.0], [1e-200, 2.0**-401, 0.5]])
+
+
+@pytest.mark.parametrize("loss", ["gaussian", "huber", "logistic"])
+def test_no_operation_underflows_whatever_the_rows_and_theta(loss: str) -> None:
+    """A subnormal float is ~100x slower to compute with: a loss or gradient that underflowed on some rows
+    would tell a partner through the step's time that a row holds what its theta probes. Under
+    ``np.errstate(under="raise")`` every built-in loss and the per-user gradients, clipping and sum run on
+    adversarial rows and theta without one underflow."""
+    X, y = adversarial_rows()
+    fn = {
+        "gaussian": lambda t: gaussian_location(t, X),
+        "huber": lambda t: huber_regression(t, X, y),
+        "logistic": lambda t: logistic_regression(t, X, y),
+    }[loss]
+    W = np.array([[1e-300, 1.0, -1e-250, 2.0], [0.5, 1e-200, 1.0, -1e-300], [1.0, 1.0, 1e-310, 1.0]])
+    with np.errstate(under="raise"):
+        L = fn(THETAS)
+        diagnostics = private_gradient_diagnostics(W, L, B=1.0, T=4, mu=1.0, rng=np.random.default_rng(1))
+    assert np.isfinite(diagnostics.released).all()
+
+
+def test_the_controls_underflow() -> None:
+    """What the test above guards against: a plain softplus at a score of -720, a product of tiny values."""
+    with np.errstate(under="raise"):
+        with pytest.raises(FloatingPointError):
+            np.logaddexp(0.0, np.array([-720.0]))
+        with pytest.raises(FloatingPointError):
+            np.array([1e-200]) * np.array([1e-200])
+
+
+def test_the_clamped_softplus_is_within_1e_300_of_the_exact_loss() -> None:
+    z = np.array([[-1000.0, -720.0, -700.0, -1.0, 0.0, 3.0, 700.0, 720.0, 1e6]])
+    X = np.eye(1)
+    exact = np.logaddexp(0.0, z)  # (logistic with y = 0 is the softplus of the score)
+    ours = np.concatenate([logistic_regression(z[:, [k]], X, np.zeros(1)) for k in range(z.shape[1])], axis=1)
+    np.testing.assert_allclose(ours, exact, rtol=1e-15, atol=1e-300)

@@ -42,6 +42,7 @@ from shared.bo.gibo.private_gradient import clip_rows, private_gradient, step_me
 from shared.errors import InputDataError
 from shared.privacy.audit import AUDITS
 from shared.privacy.gdp import gdp_epsilon
+from tests.shared.lattice_reference import dithered_noise
 
 FloatArray = npt.NDArray[np.float64]
 BOUNDS = np.array([[-1.0, 1.0], [-2.0, 2.0], [0.0, 1.0]])
@@ -293,7 +294,7 @@ def test_gaussian_location_with_a_quadratic_kernel_gives_the_exact_clipped_gradi
 def test_the_noise_std_is_2_b_sqrt_t_over_n_mu_added_on_a_lattice(
     clip: float, steps: int, n: int, mu: float
 ) -> None:
-    """Line 8, exactly: the clean average snapped to the lattice g Z^d plus integer noise rint(N sigma / g),
+    """Line 8, exactly: the clean average snapped to the lattice g Z^d plus integer noise rint((N + V) / g),
     never ``average + float noise``; sigma is the paper's std plus at most 2^-20 of it (the lattice)."""
     X = np.random.default_rng(6).normal(size=(n, 3))
     mechanism = step_mechanism(clip, steps, n, mu, 3)
@@ -306,8 +307,8 @@ def test_the_noise_std_is_2_b_sqrt_t_over_n_mu_added_on_a_lattice(
     clean = oracle(loss, mu=math.inf, **common)
     g = mechanism.granularity
     assert np.array_equal(released / g, np.rint(released / g))  # on the lattice
-    N = np.random.default_rng(7).standard_normal(3)
-    np.testing.assert_array_equal(released, g * (np.rint(clean / g) + np.rint(N * mechanism.steps)))
+    expected = g * (np.rint(clean / g) + dithered_noise(np.random.default_rng(7), 3, mechanism.steps))
+    np.testing.assert_array_equal(released, expected)
     # and the noise has the claimed std: 4000 steps' noise against N(0, sigma^2), a narrower control fails
     rng = np.random.default_rng(8)
     noise = np.concatenate([oracle(loss, mu=mu, rng=rng, **common) - clean for _ in range(4000)])

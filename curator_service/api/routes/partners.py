@@ -28,7 +28,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     "`store_raw`) every outcome answered to this partner is CTL(epsilon): clipped to [-(B+R), B+R], plus "
     "Laplace noise of scale 2(B+R)/epsilon (OpenDP's sampler). Each answer is charged to its person's "
     "population-wide output ledger; repeats of a row return its cached noisy answer unless `fresh_repeats`.",
-    responses={**_ERRORS, 422: {"description": "Unknown release ids or bad fields."}},
+    responses={
+        **_ERRORS,
+        409: {"description": "A gradient oracle is already granted to another partner (one each)."},
+        422: {"description": "Unknown release ids or bad fields."},
+    },
 )
 def create_partner(body: PartnerCreate, _admin: AdminDep, session: SessionDep) -> PartnerCreated:
     partner, token = partner_service.create_partner(
@@ -87,6 +91,7 @@ def get_partner(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> Par
     responses={
         **_ERRORS,
         404: {"description": "No such partner."},
+        409: {"description": "A gradient oracle is already granted to another partner (one each)."},
         422: {"description": "Unknown release or gradient oracle ids."},
     },
 )

@@ -33,7 +33,16 @@ Huber loss (Huber 1964): rho_c(r) = r^2 / 2 for |r| <= c, c |r| - c^2 / 2 otherw
 
 Contract of every loss here: theta_batch and the shapes are validated (``InputDataError``); the data values
 are not -- a row with nan or inf gives a non-finite entry in its own column, which the caller zeroes (the
-arithmetic runs under ``np.errstate(all="ignore")``, so no warning or FloatingPointError either).
+arithmetic ignores overflow, invalid values and division by zero, so no warning or FloatingPointError).
+
+No subnormal numbers (timing). An operation that makes or takes a subnormal float runs ~100x slower on
+common CPUs, so a loss that underflowed on some rows only would tell a partner, through the time of a step,
+that a row holds a value near what its theta probes. So no operation here underflows, whatever the rows and
+theta: entries of the rows and of theta below 2^-400 in magnitude count as 0 (``flush_tiny``), a difference
+or residual below 2^-500 is flushed before it is squared, and the logistic loss's softplus takes its
+argument clamped to [-700, 700] (exactly z beyond 700, and within e^-700 ~ 1e-304 of the exact loss below
+-700). ``tests/shared/test_gibo_losses.py`` runs every loss on adversarial rows under
+``np.errstate(under="raise")``. Plug-in losses run the curator's own code: their time is theirs.
 """
 
 from __future__ import annotations
@@ -48,7 +57,10 @@ import numpy.typing as npt
 from shared.errors import InputDataError
 
 __all__ = [
+    "TINY",
+    "TINY_DIFFERENCE",
     "LossFn",
+    "flush_tiny",
     "check_row_independent",
     "gaussian_location",
     "huber_regression",
@@ -57,6 +69,28 @@ __all__ = [
 
 Array = npt.NDArray[np.float64]
 LossFn = Callable[..., Any]
+
+#: Inputs (rows, theta) below this magnitude count as 0: their products stay >= 2^-800, normal floats.
+TINY = 2.0**-400
+#: A difference or residual below this is flushed before it is squared (its square stays normal).
+TINY_DIFFERENCE = 2.0**-500
+#: The softplus argument's clamp: exp(-700) ~ 1e-304 is a normal float, exp(-745) is not even subnormal.
+SOFTPLUS_CLAMP = 700.0
+
+
+def _quiet() -> np.errstate:
+    """Ignore overflow, invalid values and division by zero, never underflow (the caller may raise on it,
+    as the tests do)."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def flush_tiny(values: npt.ArrayLike, floor: float = TINY) -> Array:
+    """``values`` with every entry of magnitude below ``floor`` set to 0 (NaN and inf kept): a comparison
+    and a select, which take the same time for every float."""
+    a = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out: Array = np.where(np.abs(a) < floor, 0.0, a)
+    return out
 
 
 def _as_float(name: str, value: npt.ArrayLike, ndim: int) -> Array:
@@ -104,9 +138,9 @@ def gaussian_location(theta_batch: npt.ArrayLike, X: npt.ArrayLike, *, constant:
     memory O(b n d).
     """
     features, _ = _rows(X)
-    theta = _theta(theta_batch, features.shape[1])
-    with np.errstate(all="ignore"):  # data values may be anything: non-finite entries are the caller's
-        diff = features[None, :, :] - theta[:, None, :]
+    theta = flush_tiny(_theta(theta_batch, features.shape[1]))
+    with _quiet():  # data values may be anything: non-finite entries are the caller's
+        diff = flush_tiny(flush_tiny(features)[None, :, :] - theta[:, None, :], TINY_DIFFERENCE)
         loss: Array = 0.5 * np.einsum("bnd,bnd->bn", diff, diff)
         if constant:
             loss = loss + 0.5 * features.shape[1] * math.log(2.0 * math.pi)
@@ -131,9 +165,10 @@ def huber_regression(
     clip = _positive("clip", clip)
     features, response = _rows(X, y)
     assert response is not None
-    theta = _theta(theta_batch, features.shape[1])
-    with np.errstate(all="ignore"):
-        abs_residual = np.abs(response[None, :] - theta @ features.T)
+    theta = flush_tiny(_theta(theta_batch, features.shape[1]))
+    features, response = flush_tiny(features), flush_tiny(response)
+    with _quiet():
+        abs_residual = np.abs(flush_tiny(response[None, :] - theta @ features.T, TINY_DIFFERENCE))
         m = np.minimum(abs_residual, c)
         weight: Array = clip / np.maximum(np.einsum("nd,nd->n", features, features), clip)
         loss: Array = (0.5 * m * m + c * (abs_residual - m)) * weight[None, :]
@@ -143,14 +178,18 @@ def huber_regression(
 def logistic_regression(theta_batch: npt.ArrayLike, X: npt.ArrayLike, y: npt.ArrayLike) -> Array:
     """[b, n]: log(1 + exp(z)) - y_i z with z = x_i^T theta_k, y_i in {0, 1} (Bernoulli-logit NLL).
 
-    ``np.logaddexp(0, z)`` never forms exp(z), so |z| up to ~1e308 gives a finite loss.
+    ``np.logaddexp(0, z)`` never forms exp(z), so |z| up to ~1e308 gives a finite loss; it takes z clamped to
+    [-700, 700] (plus z - 700 above), so that it never underflows (module docstring).
     """
     features, response = _rows(X, y)
     assert response is not None
-    theta = _theta(theta_batch, features.shape[1])
-    with np.errstate(all="ignore"):
+    theta = flush_tiny(_theta(theta_batch, features.shape[1]))
+    features, response = flush_tiny(features), flush_tiny(response)
+    with _quiet():
         z = theta @ features.T
-        loss: Array = np.logaddexp(0.0, z) - response[None, :] * z
+        clamped = np.clip(z, -SOFTPLUS_CLAMP, SOFTPLUS_CLAMP)
+        softplus = np.logaddexp(0.0, clamped) + np.maximum(z - SOFTPLUS_CLAMP, 0.0)
+        loss: Array = softplus - response[None, :] * z
     return loss
 
 

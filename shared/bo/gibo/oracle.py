@@ -125,7 +125,7 @@ def safe_loss_matrix(loss_matrix: LossMatrix, points: FloatArray, n: int, d_rows
     L = np.full((m, n), np.nan)
     for start in range(0, m, chunk):
         block = points[start : start + chunk]
-        with np.errstate(all="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # underflow: see the losses
             out = np.asarray(loss_matrix(block, None), dtype=np.float64)
         if out.shape != (block.shape[0], n):
             raise InputDataError(

@@ -12,7 +12,7 @@ Notation (shapes in brackets)::
     G        [n, d]  per-user posterior-mean gradients, row i = g^(i) = W L[:, i]   (line 6)
                      = L^T W^T: ONE matrix product; a non-finite row (from a NaN / inf loss) is set to 0
     Pi_B(g)  = g min(1, B / |g|)                                                    (line 7)
-    g_bar    [d] = (1/n) sum_i Pi_B(g^(i))
+    g_bar    [d] = (1/n) sum_i Pi_B(g^(i)), summed exactly (``shared.privacy.lattice.exact_sum``)
     sigma    = 2 B sqrt(T) / (n mu)  (x (1 + g sqrt(d) n / 2B) <= 1 + 2^-20)          (line 8, Lemma 3.1)
     released = g_bar + N(0, sigma^2 I_d), added EXACTLY (``shared.privacy.lattice``)
 
@@ -34,8 +34,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo.gibo.losses import TINY_DIFFERENCE, flush_tiny
 from shared.errors import InputDataError
-from shared.privacy.lattice import LatticeGaussian, add_lattice_noise, lattice_gaussian
+from shared.privacy.gdp import gdp_epsilon
+from shared.privacy.lattice import (
+    LatticeGaussian,
+    add_lattice_noise,
+    check_sampler_margins,
+    exact_sum,
+    lattice_gaussian,
+    sum_slack,
+)
 from shared.privacy.rng import os_entropy_rng
 
 FloatArray = npt.NDArray[np.float64]
@@ -44,6 +53,7 @@ __all__ = [
     "PrivateGradientDiagnostics",
     "clip_rows",
     "noise_std",
+    "oracle_epsilon",
     "per_user_gradients",
     "private_gradient",
     "private_gradient_diagnostics",
@@ -64,11 +74,25 @@ def _check(B: float, T: int, n: int, mu: float) -> None:
 
 def step_mechanism(B: float, T: int, n: int, mu: float, d: int) -> LatticeGaussian | None:
     """The exact Gaussian mechanism of one step (None for mu = inf): sensitivity 2B/n of the clipped average
-    (replace one user, Lemma 3.1), noise multiplier sqrt(T)/mu, d entries, each of |value| <= B."""
+    (replace one user, Lemma 3.1) plus what its exact summation adds (``sum_slack``: ~2^-37 of it), noise
+    multiplier sqrt(T)/mu, d entries, each of |value| <= B."""
     _check(B, T, n, mu)
     if math.isinf(mu):
         return None
-    return lattice_gaussian(2.0 * B / n, math.sqrt(T) / mu, d, value_bound=B)
+    sensitivity = 2.0 * B / n + sum_slack(n, B, d, mean=True)
+    return lattice_gaussian(sensitivity, math.sqrt(T) / mu, d, value_bound=B)
+
+
+def oracle_epsilon(mu: float, delta: float, T: int, d: int, *, rows: int = 1) -> float:
+    """The epsilon at ``delta`` of the T steps for one person of ``rows`` rows: they are (rows mu)-GDP
+    (Lemma 3.1; group privacy for Gaussian noise: k rows move the clipped average k times as far), converted
+    by ``gdp_epsilon`` (Dong, Roth & Su 2019, Cor. 2.13), plus the sampler's margins on T draws of d entries
+    (``shared.privacy.lattice.sampler_margins``; InputDataError when they would take half of the claim)."""
+    k = max(1, int(rows))
+    if math.isinf(mu):
+        return math.inf
+    margins = check_sampler_margins(gdp_epsilon(k * mu, delta), delta, d, math.sqrt(T) / (k * mu), draws=T)
+    return gdp_epsilon(k * mu, margins.ideal_delta(delta)) + margins.epsilon
 
 
 def noise_std(B: float, T: int, n: int, mu: float, d: int = 1) -> float:
@@ -91,6 +115,9 @@ def _per_user_gradients(W: npt.ArrayLike, L: npt.ArrayLike) -> tuple[FloatArray,
         )
     if not np.isfinite(w).all():
         raise InputDataError("the gradient weights W are not finite; check theta, the design and the kernel")
+    # no product underflows (a subnormal's time would show which rows are tiny: ``shared.bo.gibo.losses``):
+    # |L| >= 2^-500 and |W| >= 2^-400 or 0, so every |L W| >= 2^-900
+    loss, w = flush_tiny(loss, TINY_DIFFERENCE), flush_tiny(w)
     with np.errstate(invalid="ignore", over="ignore"):
         G: FloatArray = loss.T @ w.T
     bad: npt.NDArray[np.bool_] = np.asarray(~np.isfinite(G).all(axis=1))
@@ -100,8 +127,11 @@ def _per_user_gradients(W: npt.ArrayLike, L: npt.ArrayLike) -> tuple[FloatArray,
 
 def clip_rows(G: FloatArray, B: float) -> FloatArray:
     """Row-wise Pi_B(g) = g min(1, B / |g|) (Alg. 1 line 7); zero rows stay zero."""
-    # the norm of a row with entries near 1e308 would overflow: scale by its largest entry first
+    # the norm of a row with entries near 1e308 would overflow: scale by its largest entry first; entries
+    # below 2^-500 of it are flushed first (they move the norm by < 2^-1000 of itself), so that no ratio or
+    # square underflows (timing: ``shared.bo.gibo.losses``)
     peak = np.max(np.abs(G), axis=1) if G.shape[1] else np.zeros(G.shape[0])
+    G = np.where(np.frexp(G)[1] < np.frexp(peak)[1][:, None] - 500, 0.0, G)
     safe = np.where(peak > 0, peak, 1.0)
     norms = peak * np.linalg.norm(G / safe[:, None], axis=1)
     with np.errstate(over="ignore"):
@@ -141,7 +171,9 @@ def private_gradient_diagnostics(
     G, bad = _per_user_gradients(w, loss)
     n_nonfinite = int(bad.sum())
     Gc = clip_rows(G, B)
-    avg: FloatArray = Gc.mean(axis=0)
+    # the average, summed exactly (each clipped row snapped to a public lattice, an int64 sum): a float sum's
+    # rounding would depend on every row, and move the average between neighbours by more than 2B/n
+    avg: FloatArray = exact_sum(Gc, B, mean=True).value
     if mechanism is None:
         released, sigma = avg.copy(), 0.0
     else:  # line 8, exactly: snapped to the lattice, integer noise (never avg + float noise)

@@ -8,9 +8,10 @@ The procedure (after Jagielski, Ullman & Oprea, NeurIPS 2020), for each test of 
 2. run it ``trials`` more times on each, count false positives and false negatives;
 3. replace FPR and FNR by their one-sided Clopper-Pearson upper bounds at level alpha / 2 each, and turn them
    into lower bounds on the claim's level and on epsilon (``stats``): both hold with probability
-   >= 1 - alpha (union bound) whatever the mechanism is. The default alpha is 1e-3: a sound mechanism
-   whose test is tight (CTL's, whose OpenDP noise cannot be seeded) is then reported over its claim by
-   chance in at most 1 run in 1000, and the controls are still caught by a wide margin.
+   >= 1 - alpha (union bound) whatever the mechanism is. ``run_all`` splits alpha over the rows of a run
+   (Bonferroni), and the default alpha is 1e-3: a sound mechanism whose test is tight (CTL's, whose OpenDP
+   noise cannot be seeded) is then reported over its claim by chance in at most 1 run in 1000, and the
+   controls are still caught by a wide margin.
 
 A mechanism *exceeds its claim* when either bound is above what it claims. A sound mechanism must not; a
 **control** (the same mechanism with a planted error: noise calibrated for a sensitivity 1.5x too small, or
@@ -280,29 +281,36 @@ def run_all(
     registry: Registry,
 ) -> list[AuditResult]:
     """Audit the registered mechanisms (all, or ``names``) and, with ``controls``, their controls; each
-    mechanism and test with its own seeded stream. ``registry``: ``pobo audit privacy`` merges the
-    registries of ``shared.privacy``, ``shared.bo.gibo`` and ``shared.federated``
-    (``shared.privacy`` may import neither)."""
+    mechanism and test with its own seeded stream, every bound at 1 - alpha / (number of rows) so that the
+    run as a whole holds at 1 - alpha. ``registry``: ``pobo audit privacy`` merges the registries of
+    ``shared.privacy``, ``shared.bo.gibo`` and ``shared.federated`` (``shared.privacy`` may import
+    neither)."""
     unknown = sorted(set(names or []) - set(registry))
     if unknown:
         raise ValueError(f"unknown mechanism(s) {unknown}: choose from {sorted(registry)}")
+    plan = [
+        (k, j, i, mechanism, test)
+        for k, name in enumerate(names or list(registry))
+        for j, mechanism in enumerate(registry[name]())
+        if mechanism.control is None or controls
+        for i, test in enumerate(mechanism.tests)
+    ]
+    # Bonferroni: every row's bound at 1 - alpha / rows, so the whole run is right with probability
+    # >= 1 - alpha (a sound mechanism is reported over its claim by chance in at most alpha of runs)
+    per_row = alpha / max(1, len(plan))
     results: list[AuditResult] = []
-    for k, name in enumerate(names or list(registry)):
-        for j, mechanism in enumerate(registry[name]()):
-            if mechanism.control is not None and not controls:
-                continue
-            for i, test in enumerate(mechanism.tests):
-                if progress:
-                    label = mechanism.name + (f" [{mechanism.control}]" if mechanism.control else "")
-                    progress(f"{label}: {test.name}")
-                results.append(
-                    run_test(
-                        mechanism,
-                        test,
-                        trials=trials,
-                        calibration_trials=calibration_trials,
-                        alpha=alpha,
-                        rng=audit_rng(seed, k, j, i),
-                    )
-                )
+    for k, j, i, mechanism, test in plan:
+        if progress:
+            label = mechanism.name + (f" [{mechanism.control}]" if mechanism.control else "")
+            progress(f"{label}: {test.name}")
+        results.append(
+            run_test(
+                mechanism,
+                test,
+                trials=trials,
+                calibration_trials=calibration_trials,
+                alpha=per_row,
+                rng=audit_rng(seed, k, j, i),
+            )
+        )
     return results

@@ -93,7 +93,11 @@ class GuaranteeAtChange(BaseModel):
     """Group privacy for the Gaussian release: a row change of norm c is protected at a larger epsilon."""
 
     change: float = Field(description="Row change in scaled units (norm); 1 is the DP unit.")
-    epsilon: float = Field(description="The epsilon (at the same delta) that protects a change of this size.")
+    epsilon: float | None = Field(
+        description="The epsilon (at the same delta) that protects a change of this size; null when none is "
+        "proven: the change moves the release by so many noise standard deviations that pobo's Gaussian "
+        "sampler is not proven accurate enough there at this delta."
+    )
 
 
 class OutputRowTotal(BaseModel):
@@ -161,7 +165,7 @@ class PrivacyReport(BaseModel):
     charged_epsilon: float | None = Field(
         default=None,
         description="What a Gaussian release at (epsilon, delta) costs the population, in its relation "
-        "(epsilon itself when charge_factor is 1).",
+        "(epsilon itself when charge_factor is 1); null when such a release would be refused (see warnings).",
     )
     rows_per_person: int = Field(default=1, description="Declared: at most this many rows per person.")
     noise_std: float = Field(description="Noise standard deviation of a Gaussian release, in scaled units.")

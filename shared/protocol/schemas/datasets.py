@@ -36,8 +36,9 @@ class DatasetPublic(BaseModel):
     rows_per_person: int = Field(default=1, description="Declared: at most this many rows per person.")
     reference_factor: float = Field(
         default=1.0,
-        description="The largest number of this dataset's scaled units that one unit of its population's "
-        "relation spans (1: the same relation; above 1: its releases are charged more than their epsilon).",
+        description="How far this dataset's scaled row moves (Euclidean norm) when one person's row moves by "
+        "1 in its population's relation (1: the same relation; above 1: its releases are charged more than "
+        "their epsilon, e.g. finer declared scales, or two columns holding one feature in two units).",
     )
     acknowledged_distinct_people: bool = Field(
         default=False,
