@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from modeler_service.models import (
     Federation,
     FederationAgent,
+    FederationReceipt,
     FederationRound,
     FederationSubmission,
     utcnow,
@@ -110,7 +111,27 @@ def submissions(session: Session, round_id: int) -> Sequence[FederationSubmissio
 
 
 def purge_submissions(session: Session, round_id: int) -> None:
+    """Delete a round's raw submissions (at its close); their receipts stay."""
     session.execute(delete(FederationSubmission).where(FederationSubmission.round_id == round_id))
+
+
+def receipt(session: Session, round_id: int, agent_id: str) -> FederationReceipt | None:
+    """The agent's receipt in one round (its submission there was accepted), if any."""
+    stmt = select(FederationReceipt).where(
+        FederationReceipt.round_id == round_id, FederationReceipt.agent_id == agent_id
+    )
+    return session.scalars(stmt).one_or_none()
+
+
+def receipt_by_key(session: Session, agent_id: str, key: str) -> tuple[FederationReceipt, int] | None:
+    """The agent's receipt under one Idempotency-Key, with the number of its round."""
+    stmt = (
+        select(FederationReceipt, FederationRound.number)
+        .join(FederationRound, FederationRound.id == FederationReceipt.round_id)
+        .where(FederationReceipt.agent_id == agent_id, FederationReceipt.idempotency_key == key)
+    )
+    row = session.execute(stmt).one_or_none()
+    return None if row is None else (row[0], int(row[1]))
 
 
 def touch(federation: Federation) -> None:

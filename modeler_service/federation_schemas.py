@@ -4,10 +4,10 @@ service)"; the named fields are fixed there)."""
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from shared.errors import InputDataError
 from shared.federated.regions import split_box
@@ -19,6 +19,8 @@ RoundStatus = Literal["open", "closed"]
 #: Largest M and P x M the coordinator accepts (the aggregates of a round are P x M floats in JSON).
 MAX_M = 5000
 MAX_AGGREGATE_VALUES = 200_000
+#: How far ahead of the modeler's clock ``first_round_at`` may be (``POST .../start``).
+MAX_FIRST_ROUND_DELAY = timedelta(hours=24)
 
 
 class TemperatureIn(Request):
@@ -109,6 +111,32 @@ class AgentPublic(BaseModel):
     region: int | None
 
 
+class FederationStart(Request):
+    """The optional body of ``POST .../start``."""
+
+    first_round_at: datetime | None = Field(
+        default=None,
+        strict=False,  # an ISO 8601 string in JSON
+        description=(
+            "When the agents will be up (ISO 8601 with a timezone, e.g. 2026-05-01T12:00:00Z, in the future "
+            "and at most 24 hours ahead of the modeler's clock). Round 1 opens for submissions at once; its "
+            "deadline is first_round_at + round_seconds instead of start + round_seconds, so that agents "
+            "started together with the federation (Python start-up, a slow network) take part in round 1. "
+            "Absent: round 1's deadline is round_seconds after the start."
+        ),
+    )
+
+    @field_validator("first_round_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+            raise ValueError(
+                "first_round_at has no timezone: send an ISO 8601 time with one, e.g. "
+                "2026-05-01T12:00:00Z or 2026-05-01T14:00:00+02:00"
+            )
+        return value
+
+
 class FederationPublic(BaseModel):
     id: str
     created_at: datetime
@@ -144,16 +172,51 @@ class SubmissionCreate(Request):
 
 
 class SubmissionAccepted(BaseModel):
+    """The receipt of an accepted submission (also the answer to a replay of its Idempotency-Key, before or
+    after the round closed)."""
+
     federation_id: str
-    round: int
+    round: int = Field(description="The round the submission was accepted in.")
     status: Literal["accepted"] = "accepted"
+    accepted: Literal[True] = Field(
+        default=True,
+        description=(
+            "Always true: the submission is in the round (it enters the round's aggregate if the round's "
+            "Poisson sample draws the agent; the sample is never revealed, not even to the agent)."
+        ),
+    )
+    accepted_at: datetime = Field(
+        description="When the coordinator accepted it (before the round's deadline)."
+    )
+    round_status: RoundStatus = Field(
+        description="open: the round has not closed yet; closed: it closed with this submission in it."
+    )
+
+
+class RoundStanding(BaseModel):
+    """The calling agent's own standing in one round, from its receipt (nothing about any other agent)."""
+
+    accepted: bool = Field(
+        description=(
+            "Whether a submission of this agent was accepted in this round. Once the round is closed this is "
+            "final: true means it was in the round's aggregate (subject to the secret Poisson sample), false "
+            "that the round closed without it."
+        )
+    )
+    accepted_at: datetime | None = Field(description="When it was accepted; null if it was not.")
 
 
 class RoundPublic(BaseModel):
     round: int
     status: RoundStatus
-    deadline: datetime
-    participants: int
+    deadline: datetime = Field(description="The round closes at this time (never earlier).")
+    participants: int = Field(description="N, the frozen agent list (not who submitted).")
     aggregates: list[list[float]] | None = Field(description="omega_t^joint, P x M; null while open.")
     epsilon_pld: float | None = Field(description="epsilon after this round (PLD); null while open.")
     epsilon_rdp: float | None = Field(description="epsilon after this round (RDP); null while open.")
+    you: RoundStanding | None = Field(
+        description=(
+            "The calling agent's standing in this round (agent token only; null for the modeler, and for a "
+            "round closed before the modeler kept receipts)."
+        ),
+    )

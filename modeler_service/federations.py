@@ -6,13 +6,20 @@ background closer (``federation_closer.py``) and a late long-poll both call. The
 module keeps what makes them sound in a service:
 
 * ``start`` freezes the agent list (N, the positions n and the round-robin regions i_n) and opens round 1;
-  an agent registered later is refused (409). Weights and noise depend on that list only.
+  an agent registered later is refused (409). Weights and noise depend on that list only. With
+  ``first_round_at`` round 1 still opens at once, but its deadline is first_round_at + round_seconds: the
+  agents started together with the federation are up before it closes.
 * A round closes at its deadline only, never early (an early close when everyone has submitted would
   reveal by its timing who did). Closing is ONE transaction: a conditional UPDATE open -> closed (so a
   round is aggregated once, whatever the number of closers or restarts), the Poisson sample (OS entropy),
   the aggregate with OpenDP noise over the frozen list (absent or unsampled agents contribute 0; nothing is
   renormalised), epsilon after the round, the next round opened (or the federation done), and the round's
   raw submissions deleted.
+* An accepted submission leaves a receipt (round, agent, Idempotency-Key, accepted time, a salted HMAC of
+  the body; never the omega), written with it and kept after the close: a replay of its key answers
+  "accepted in round t" even once the round has closed (202, ``Idempotent-Replayed: true``), the same key
+  with another omega is a 409, and each agent reads its own standing in a round (``you``), so that it
+  reports exactly the rounds that counted. A submission to a closed round without a receipt is a 409.
 * Before opening any round, a round that would take epsilon (PLD, at delta) past the budget is refused:
   ``start`` answers 409, a close ends the federation (``stop_reason: "budget"``).
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
 import logging
 import math
 import secrets
@@ -41,6 +49,7 @@ from modeler_service import federation_repository as repo
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from modeler_service.federation_schemas import (
+    MAX_FIRST_ROUND_DELAY,
     AgentCreate,
     AgentCreated,
     AgentPublic,
@@ -48,9 +57,17 @@ from modeler_service.federation_schemas import (
     FederationPublic,
     FederationsPublic,
     RoundPublic,
+    RoundStanding,
     SubmissionAccepted,
 )
-from modeler_service.models import Federation, FederationAgent, FederationRound, FederationSubmission, utcnow
+from modeler_service.models import (
+    Federation,
+    FederationAgent,
+    FederationReceipt,
+    FederationRound,
+    FederationSubmission,
+    utcnow,
+)
 from shared.federated.coordinator import TemperatureSchedule, aggregate_round, poisson_sample
 from shared.federated.privacy import (
     federated_epsilon,
@@ -208,9 +225,31 @@ def register_agent(
     return AgentCreated(id=agent.id, federation_id=federation_id, name=agent.name, token=token)
 
 
-def start(session: Session, principal: Principal, federation_id: str) -> Federation:
-    """Freeze the agent list and the round-robin regions, open round 1 (if the budget allows it)."""
+def check_first_round_at(first_round_at: datetime, now: datetime) -> None:
+    """``first_round_at`` must be in the future and at most ``MAX_FIRST_ROUND_DELAY`` ahead (422 else)."""
+    at, clock = first_round_at.isoformat(), now.isoformat(timespec="seconds")
+    if first_round_at < now:
+        raise Unprocessable(
+            f"first_round_at {at} is in the past (the modeler's clock reads {clock}): send the future time "
+            "by which your agents will be up, or no body to give round 1 round_seconds from now"
+        )
+    if first_round_at - now > MAX_FIRST_ROUND_DELAY:
+        hours = MAX_FIRST_ROUND_DELAY.total_seconds() / 3600
+        raise Unprocessable(
+            f"first_round_at {at} is more than {hours:g} hours ahead of the modeler's clock ({clock}): "
+            "send a nearer time, or start the federation later"
+        )
+
+
+def start(
+    session: Session, principal: Principal, federation_id: str, first_round_at: datetime | None = None
+) -> Federation:
+    """Freeze the agent list and the round-robin regions, open round 1 (if the budget allows it); round 1's
+    deadline is ``first_round_at`` + round_seconds if given (it accepts submissions from now on)."""
     require_modeler(principal)
+    now = utcnow()
+    if first_round_at is not None:
+        check_first_round_at(first_round_at, now)
     federation = _federation_for(session, principal, federation_id, lock=True)
     if federation.status != "registering":
         raise Conflict(f"federation {federation_id} has already started (status {federation.status})")
@@ -229,20 +268,27 @@ def start(session: Session, principal: Principal, federation_id: str) -> Federat
     regions = round_robin(len(agents), int(params["P"]))
     for n, agent in enumerate(agents):
         agent.position, agent.region = n, int(regions[n])
-    now = utcnow()
     federation.status = "running"
     federation.participants = len(agents)
     federation.current_round = 1
     repo.touch(federation)
-    repo.add(session, _new_round(federation, 1, now))
+    repo.add(session, _new_round(federation, 1, now, clock_from=first_round_at))
     log.info("federation %s started with %d agents", federation_id, len(agents))
     return federation
 
 
-def _new_round(federation: Federation, number: int, now: datetime) -> FederationRound:
-    deadline = now + timedelta(seconds=float(federation.params["round_seconds"]))
+def _new_round(
+    federation: Federation, number: int, now: datetime, *, clock_from: datetime | None = None
+) -> FederationRound:
+    """Round ``number``, open from ``now``; its deadline is round_seconds after ``clock_from`` (or now)."""
+    deadline = (clock_from or now) + timedelta(seconds=float(federation.params["round_seconds"]))
     return FederationRound(
-        federation_id=federation.id, number=number, status="open", opened_at=now, deadline=deadline
+        federation_id=federation.id,
+        number=number,
+        status="open",
+        opened_at=now,
+        deadline=deadline,
+        receipts=True,
     )
 
 
@@ -282,6 +328,24 @@ def get_federation(session: Session, principal: Principal, federation_id: str) -
     return to_public(session, _federation_for(session, principal, federation_id), principal)
 
 
+def request_digest(salt: str, omega: list[float]) -> str:
+    """HMAC-SHA256 of a submission's body under a receipt's random salt: a receipt tells a retry from
+    another omega under the same Idempotency-Key without keeping the omega (migration 0007 has a copy)."""
+    canonical = json.dumps([float(v) for v in omega], separators=(",", ":"))
+    return hmac.new(bytes.fromhex(salt), canonical.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _accepted(
+    federation_id: str, number: int, rnd: FederationRound, receipt: FederationReceipt
+) -> SubmissionAccepted:
+    return SubmissionAccepted(
+        federation_id=federation_id,
+        round=number,
+        accepted_at=receipt.accepted_at,
+        round_status="closed" if rnd.status == "closed" else "open",
+    )
+
+
 def submit(
     session: Session,
     principal: Principal,
@@ -290,31 +354,52 @@ def submit(
     omega: list[float],
     idempotency_key: str | None,
 ) -> tuple[SubmissionAccepted, bool]:
-    """Store an agent's omega for round ``number`` (returns it and whether it was a replay of the same
-    Idempotency-Key). One per agent per round; only to the open round before its deadline."""
+    """Store an agent's omega for round ``number`` and its receipt (returns the receipt and whether it was a
+    replay of the same Idempotency-Key). One per agent per round; only to the open round before its
+    deadline. A replay is answered from the receipt, also once the round has closed."""
     if principal.kind != "agent" or principal.agent_id is None:
         raise Forbidden("submissions need an agent token of this federation (the modeler does not submit)")
+    agent_id = principal.agent_id
     federation = _federation_for(session, principal, federation_id)
     M = int(federation.params["M"])
     if len(omega) != M:
         raise Unprocessable(f"omega must have M = {M} values, got {len(omega)}")
     if not all(math.isfinite(v) for v in omega):
         raise Unprocessable("omega must be finite")
-    accepted = SubmissionAccepted(federation_id=federation_id, round=number)
     # The round's row lock (PostgreSQL) orders this insert against the closer's conditional UPDATE: a
-    # submission is either in the aggregate (and purged with the round) or refused, never left behind.
+    # submission is either in the aggregate (and purged with the round; its receipt stays) or refused,
+    # never left behind. It also orders two retries of one key: the second finds the first's receipt.
     rnd = repo.get_round(session, federation_id, number, for_update=True)
     if rnd is None:
         if federation.status == "registering":
             raise Conflict(f"federation {federation_id} has not started: no round is open")
         raise Conflict(f"round {number} is not open: the current round is {federation.current_round}")
-    existing = repo.submission(session, rnd.id, principal.agent_id)
+    if idempotency_key is not None:
+        keyed = repo.receipt_by_key(session, agent_id, idempotency_key)
+        if keyed is not None:
+            receipt, keyed_round = keyed
+            if keyed_round != number:
+                raise Conflict(
+                    f"this Idempotency-Key was used for this agent's submission to round {keyed_round}; "
+                    f"use a new key for round {number}"
+                )
+            if not hmac.compare_digest(receipt.request_digest, request_digest(receipt.request_salt, omega)):
+                raise Conflict(
+                    f"this Idempotency-Key was used for an accepted submission to round {number} with "
+                    "another omega; a retry must send the same omega (one submission per round)"
+                )
+            return _accepted(federation_id, number, rnd, receipt), True
+    existing = repo.receipt(session, rnd.id, agent_id)
     if existing is not None:
-        if idempotency_key is not None and existing.idempotency_key == idempotency_key:
-            return accepted, True
-        raise Conflict(f"this agent has already submitted for round {number} (one submission per round)")
+        raise Conflict(
+            f"this agent has already submitted for round {number} (accepted at "
+            f"{existing.accepted_at.isoformat()}; one submission per round)"
+        )
     if rnd.status != "open":
-        raise Conflict(f"round {number} is closed: the current round is {federation.current_round}")
+        raise Conflict(
+            f"round {number} is closed and holds no submission of this agent: the current round is "
+            f"{federation.current_round}"
+        )
     now = utcnow()
     if now >= rnd.deadline:
         raise Conflict(
@@ -325,15 +410,27 @@ def submit(
         session,
         FederationSubmission(
             round_id=rnd.id,
-            agent_id=principal.agent_id,
+            agent_id=agent_id,
             idempotency_key=idempotency_key,
             omega=[float(v) for v in omega],
+            created_at=now,
         ),
     )
-    return accepted, False
+    salt = secrets.token_hex(16)
+    receipt = FederationReceipt(
+        round_id=rnd.id,
+        agent_id=agent_id,
+        idempotency_key=idempotency_key,
+        request_salt=salt,
+        request_digest=request_digest(salt, omega),
+        accepted_at=now,
+    )
+    repo.add(session, receipt)
+    return _accepted(federation_id, number, rnd, receipt), False
 
 
 def read_round(session: Session, principal: Principal, federation_id: str, number: int) -> RoundPublic:
+    """A round as the principal may see it: an agent also gets its own standing (``you``, its receipt)."""
     federation = _federation_for(session, principal, federation_id)
     rnd = repo.get_round(session, federation_id, number)
     if rnd is None:
@@ -341,6 +438,12 @@ def read_round(session: Session, principal: Principal, federation_id: str, numbe
             f"federation {federation_id} has no round {number} (current round {federation.current_round})"
         )
     closed = rnd.status == "closed"
+    you = None
+    if principal.kind == "agent" and principal.agent_id is not None and rnd.receipts:
+        receipt = repo.receipt(session, rnd.id, principal.agent_id)
+        you = RoundStanding(
+            accepted=receipt is not None, accepted_at=receipt.accepted_at if receipt is not None else None
+        )
     return RoundPublic(
         round=rnd.number,
         status="closed" if closed else "open",
@@ -349,6 +452,7 @@ def read_round(session: Session, principal: Principal, federation_id: str, numbe
         aggregates=rnd.aggregates if closed else None,
         epsilon_pld=rnd.epsilon_pld if closed else None,
         epsilon_rdp=rnd.epsilon_rdp if closed else None,
+        you=you,
     )
 
 
@@ -421,7 +525,7 @@ def close_round(
         rnd.sampled = [int(i) for i in np.flatnonzero(sampled)]
         rnd.aggregates = aggregates.tolist()
         rnd.epsilon_pld, rnd.epsilon_rdp = eps
-        repo.purge_submissions(session, rnd.id)
+        repo.purge_submissions(session, rnd.id)  # the raw omegas; the receipts stay
         federation.rounds_closed = number
         federation.epsilon_pld, federation.epsilon_rdp = eps
         federation.epsilon_replace_one_pld = eps_replace_one

@@ -1,7 +1,8 @@
 """Does the curator's grant give a strategy the answers it assumes? Checked once, when a study is created.
 
 Local-DP strategies (``ldp-*``; Zhou & Tan 2021) set truncation levels and beta_t from the Laplace scale
-2 (B + R) / epsilon of the curator's CTL mechanism, so their ``epsilon``, ``B`` and ``R`` must be the grant's.
+2 (B + R) / epsilon of the curator's CTL mechanism, so their ``epsilon``, ``B`` and ``R`` are the grant's:
+taken from it when the study leaves them out, and a 422 when a given value differs.
 Repeated-play strategies (MoMA-GP-UCB plays one row k times per epoch) need k *fresh* noisy answers of a row:
 under a grant that privatises outcomes that means ``fresh_repeats`` and ``max_epsilon_per_row`` >= k times
 the charge of one answer (a cached repeat would hand back the same noisy value k times).
@@ -39,13 +40,16 @@ def grant_problem(
                 f"{plain!r}, or ask the curator for a grant with output_privacy"
             )
         declared = (grant.epsilon, grant.B, grant.R)
-        if not all(
-            math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0) for a, b in zip(assumed, declared, strict=True)
-        ):
+        differ = [
+            f"{name} = {a:g}"
+            for name, a, b in zip(("epsilon", "B", "R"), assumed, declared, strict=True)
+            if a is not None and not math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+        ]
+        if differ:
             return (
-                f"strategy_params epsilon = {assumed[0]:g}, B = {assumed[1]:g}, R = {assumed[2]:g} differ "
-                f"from the curator's grant (epsilon = {grant.epsilon:g}, B = {grant.B:g}, R = {grant.R:g}): "
-                "set strategy_params to the grant's values (GET /v1/partners/me on the curator shows them)"
+                f"strategy_params {', '.join(differ)} differ from the curator's grant (epsilon = "
+                f"{grant.epsilon:g}, B = {grant.B:g}, R = {grant.R:g}): leave them out to use the grant's "
+                "values, or set them to the grant's (GET /v1/partners/me on the curator shows them)"
             )
     k = strategy.fresh_plays_per_row(params, budget=budget)
     if k > 1 and grant is not None:
@@ -70,10 +74,15 @@ def grant_problem(
     return None
 
 
-def fit_to_grant(params: StrategyParams, grant: OutputPrivacyPublic | None) -> StrategyParams:
-    """``params`` with ``max_plays_per_row`` set from the grant's per-person cap when the strategy has that
-    parameter and the study left it out: a row whose person cannot afford another epoch is never chosen
-    (the curator would refuse its plays with 409 and fail the study)."""
+def fit_to_grant(
+    strategy: type[Strategy], params: StrategyParams, grant: OutputPrivacyPublic | None
+) -> StrategyParams:
+    """``params`` completed from the grant, for what the study left out: a local-DP strategy's epsilon, B and
+    R (the grant's CTL), and ``max_plays_per_row`` from the grant's per-person cap when the strategy has
+    that parameter (a row whose person cannot afford another epoch is never chosen: the curator would
+    refuse its plays with 409 and fail the study). The study records the completed parameters."""
+    if grant is not None:
+        params = strategy.with_output_privacy(params, epsilon=grant.epsilon, B=grant.B, R=grant.R)
     if (
         grant is None
         or grant.max_epsilon_per_row is None

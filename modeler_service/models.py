@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -198,6 +199,9 @@ class FederationRound(Base):
     aggregates: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     epsilon_pld: Mapped[float | None] = mapped_column(Double, nullable=True)
     epsilon_rdp: Mapped[float | None] = mapped_column(Double, nullable=True)
+    #: whether the round keeps receipts of accepted submissions (every round opened since migration 0007;
+    #: a round closed before it has none, so an agent's standing in it is unknown)
+    receipts: Mapped[bool] = mapped_column(Boolean, default=True, server_default=false())
 
 
 class FederationSubmission(Base):
@@ -212,3 +216,29 @@ class FederationSubmission(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     omega: Mapped[Any] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FederationReceipt(Base):
+    """The record that one agent's submission to one round was accepted before the round closed, so that it
+    is in the round's aggregate (if the round's secret Poisson sample drew the agent). Written in the
+    transaction that stores the submission and kept when the round's submissions are purged at its close:
+    a replay of the same Idempotency-Key is then answered "accepted in round t", and the agent reads its
+    standing in the round (``you`` of ``GET .../rounds/{t}``).
+
+    Never the omega: ``request_digest`` is HMAC-SHA256 of the submitted body under ``request_salt`` (random
+    per receipt), enough to tell a retry from another submission under the same key.
+    """
+
+    __tablename__ = "modeler_federation_receipts"
+    __table_args__ = (
+        UniqueConstraint("round_id", "agent_id"),
+        UniqueConstraint("agent_id", "idempotency_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("modeler_federation_rounds.id"), index=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("modeler_federation_agents.id"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_salt: Mapped[str] = mapped_column(String(32))
+    request_digest: Mapped[str] = mapped_column(String(64))
+    accepted_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -130,7 +130,7 @@ def _create_on_release(
             problem = grant_problem(strategy, params, body.iterations, grant)
             if problem is not None:
                 raise Unprocessable(problem)
-            params = fit_to_grant(params, grant)
+            params = fit_to_grant(strategy, params, grant)
         release = client.get_release(body.release_id)
         digest = client.download_release_rows(
             body.release_id, ctx.data_dir / z_file, expected_sha256=release.sha256

@@ -301,7 +301,11 @@ def agent_run(
     ] = None,
 ) -> None:
     """Take part in a federation until it is done: evaluate the demo objective locally each round and
-    submit only a posterior sample (omega) to the modeler; local observations never leave this process."""
+    submit only a posterior sample (omega) to the modeler; local observations never leave this process.
+
+    Start it any time after the federation is created: it waits for the start, and joins (or, after a
+    restart or an outage, rejoins) at the coordinator's current round without submitting a round twice.
+    The final report lists the rounds that counted its submission, as the coordinator's receipts say."""
     from rich.console import Console
 
     from shared.errors import InputDataError
@@ -311,9 +315,14 @@ def agent_run(
     console = Console()
 
     def on_round(t: int, info: dict[str, object]) -> None:
+        if info["y"] is None:  # the round closed before this agent could submit (it was down, or cut off)
+            query = "no query of this agent (the round closed before it could submit)"
+        else:
+            query = f"query from {info['source']}, y = {info['y']:.4g}"
+        counted = "counted" if info["accepted"] else "not counted"
         console.print(
             f"round {t}: closed, epsilon {info['epsilon_pld']:.4g} (PLD) / {info['epsilon_rdp']:.4g} (RDP); "
-            f"query from {info['source']}, y = {info['y']:.4g}"
+            f"{query}; this agent's submission {counted}"
         )
 
     try:

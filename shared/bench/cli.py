@@ -119,6 +119,46 @@ def _pick(text: str, known: Sequence[str], what: str) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
+@bench_app.command("strategies")
+def bench_strategies(
+    runs: Annotated[int, typer.Option(min=2, help="Runs per problem (release and noise draws).")] = 20,
+    T: Annotated[int, typer.Option("--T", min=2, help="Plays per study (diabetes: 100, its cap).")] = 200,
+    problems: Annotated[
+        str, typer.Option(help="Comma-separated problems: synthetic, diabetes, demo-hospital.")
+    ] = "synthetic,diabetes,demo-hospital",
+    tune: Annotated[
+        bool,
+        typer.Option(
+            help="Run the candidates of the rule that chose the defaults, on tuning seeds (seed + 1000), and "
+            "print what the rule picks."
+        ),
+    ] = False,
+    gibo: Annotated[
+        bool, typer.Option(help="Also dp-gibo at its defaults on the breast-cancer logistic regression.")
+    ] = True,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    seed: Annotated[
+        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
+    ] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+) -> None:
+    """Every strategy at its defaults on three input-private problems, with and without output privacy: the
+    regret of the rows played over random play's (issue 32), and dp-gibo's gap closed."""
+    from shared.bench.defaults import PROBLEMS
+    from shared.bench.defaults import main as run
+
+    run(
+        runs=runs,
+        T=T,
+        problems=_pick(problems, PROBLEMS, "problem"),
+        seed=seed,
+        workers=workers,
+        tune=tune,
+        gibo=gibo,
+        json_path=json_path,
+    )
+
+
 @bench_app.command("gibo")
 def bench_gibo(
     runs: Annotated[int, typer.Option(min=1, help="Independent runs (data draws) per example.")] = 4,

@@ -149,11 +149,20 @@ class StudyResult:
     plays_per_row: int | None  # the strategy's own ``fresh_plays_per_row`` (MoMA: its k), if it has one
 
 
-def study(problem: Problem, case: Case, *, state_seed: Sequence[int], round_seed: int) -> StudyResult:
-    """One study of T queries through the registry interface; cumulative regret after each query."""
+def study(
+    problem: Problem,
+    case: Case,
+    *,
+    state_seed: Sequence[int],
+    round_seed: int,
+    raw_params: dict[str, Any] | None = None,
+) -> StudyResult:
+    """One study of T queries through the registry interface; cumulative regret after each query.
+    ``raw_params``: the study's ``strategy_params`` (default: ``strategy_params(case, problem)``)."""
     started = time.perf_counter()
     cls = get_strategy(case.strategy)
-    params = parse_params(case.strategy, strategy_params(case, problem))
+    raw = strategy_params(case, problem) if raw_params is None else raw_params
+    params = parse_params(case.strategy, raw)
     T, n = problem.T, int(problem.Z.shape[0])
     state = cls.initial_state(params, n=n, budget=T, rng=np.random.default_rng(list(state_seed)))
     strategy = cls(problem.Z, params, state)

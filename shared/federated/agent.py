@@ -10,13 +10,27 @@ drives it with their own objective function::
 What leaves the agent: one omega_{n,t} [M] per round (a posterior sample, eq. 2, over the published random
 Fourier features). Its queries X and observations y stay in this process (``agent.X``, ``agent.y``).
 
-Per round t (the federation's current round): x_t from ``choose_query`` with the aggregates of round t - 1
-(none before round 1's close: local TS), y_t = objective(x_t), omega from ``agent_submission``, POSTed with
-Idempotency-Key ``<federation>:<agent>:<t>``; then a long-poll until round t closes (at its deadline), and
-on to the next round until the federation is done. Before round 1 it evaluates ``n_init`` points of its own
-sub-region (Algorithm 2, line 2). A submission refused with 409 (the deadline passed) counts as 0 for that
-round; the agent goes on. Transient failures (connection errors, 429, 5xx, e.g. while the modeler
-restarts) are retried with exponential backoff and jitter for up to ``retry_seconds``.
+The agent walks the rounds t = 1, 2, ... in order and asks the coordinator about each before acting on it
+(so that a restart of either side, or an outage, re-synchronises it with the coordinator's current round):
+
+* round t open, and the agent has no receipt in it (``you.accepted`` of ``GET .../rounds/{t}``): x_t from
+  ``choose_query`` with the aggregates of round t - 1 (none before round 1's close: local TS),
+  y_t = objective(x_t), omega from ``agent_submission``, POSTed with Idempotency-Key
+  ``<federation>:<agent>:<t>``; then a long-poll until round t closes (at its deadline);
+* round t open with a receipt (an earlier run of this agent submitted to it): no second submission, only
+  the long-poll;
+* round t already closed (the agent was down, or cut off, for a whole round): nothing to submit; the agent
+  takes its aggregates and goes on with round t + 1.
+
+Whether round t counted for this agent is the coordinator's answer, read from the closed round (``you``:
+the receipt of a submission accepted before the close), never the agent's guess: a submission whose answer
+was lost and whose retry was answered after the close (a replay of the same key, 202) counts, a round that
+closed without one is reported refused. Before round 1 it evaluates ``n_init`` points of its own sub-region
+(Algorithm 2, line 2). Transient failures (connection errors, 429, 5xx, e.g. while the modeler restarts) are
+retried with exponential backoff and jitter for up to ``retry_seconds`` (the same key and omega on every
+retry of a submission); then the agent gives up with the error. ``on_round(t, info)``, if given, is called
+as each round closes: ``info`` is the closed round (``GET .../rounds/{t}``) with ``accepted`` (it counted
+for this agent), ``source`` and ``y`` (the agent's query of the round; None if it could not submit).
 """
 
 from __future__ import annotations
@@ -68,13 +82,22 @@ class AgentReport:
 
     federation_id: str
     agent_id: str
-    submitted: list[int] = field(default_factory=list)  # rounds whose submission was accepted
-    refused: list[int] = field(default_factory=list)  # rounds that closed without it (409)
+    #: rounds that counted this agent's submission: accepted before the close (the coordinator's receipt)
+    submitted: list[int] = field(default_factory=list)
+    #: rounds that closed without one (refused with 409, or closed before the agent could submit)
+    refused: list[int] = field(default_factory=list)
     epsilon_pld: float = 0.0
     epsilon_rdp: float = 0.0
     stop_reason: str | None = None
     best_y: float | None = None
     best_x: list[float] | None = None
+
+
+def _accepted(rnd: dict[str, Any], fallback: bool) -> bool:
+    """Whether the coordinator holds this agent's submission to the round (its receipt, ``you``); a round
+    closed before the coordinator kept receipts has ``you: null``: then the agent's own view."""
+    you = rnd.get("you")
+    return bool(you["accepted"]) if isinstance(you, dict) else fallback
 
 
 def _detail(resp: httpx.Response) -> str:
@@ -186,6 +209,13 @@ class Agent:
         body: dict[str, Any] = self._request("GET", f"/v1/federations/{self.federation_id}").json()
         return body
 
+    def round(self, number: int) -> dict[str, Any]:
+        """``GET .../rounds/{number}`` as this agent (no waiting): its status and this agent's ``you``."""
+        body: dict[str, Any] = self._request(
+            "GET", f"/v1/federations/{self.federation_id}/rounds/{number}"
+        ).json()
+        return body
+
     def wait_closed(self, number: int) -> dict[str, Any]:
         """Long-poll ``GET .../rounds/{number}?wait=`` until the round is closed; its body."""
         while True:
@@ -199,7 +229,8 @@ class Agent:
                 return body
 
     def submit(self, number: int, agent_id: str, omega: FloatArray) -> bool:
-        """POST omega for round ``number``; False if refused with 409 (the round closed without it)."""
+        """POST omega for round ``number``; True if accepted (also a replay of the same key answered from
+        its receipt after the round closed), False if refused with 409 (the round closed without it)."""
         key = f"{self.federation_id}:{agent_id}:{number}"
         try:
             self._request(
@@ -238,34 +269,38 @@ class Agent:
                 self._observe(x)
 
         aggregates: FloatArray | None = None
-        have_round = 0  # the round whose aggregates we hold
-        while fed["status"] == "running":
-            t = int(fed["round"])
-            if t > 1 and have_round != t - 1:
-                previous = self.wait_closed(t - 1)
-                aggregates = np.asarray(previous["aggregates"], dtype=np.float64)
-                have_round = t - 1
-            choice = choose_query(
-                t,
-                rff,
-                self.X,
-                self.y,
-                aggregates,
-                regions,
-                rng=self.rng,
-                schedule=params.get("p_schedule", "inv_sqrt"),
-                n_candidates=self.n_candidates,
-                n_starts=self.n_starts,
-            )
-            self._observe(choice.x)
-            omega = agent_submission(rff, self.X, self.y, rng=self.rng)
-            (report.submitted if self.submit(t, report.agent_id, omega) else report.refused).append(t)
-            closed = self.wait_closed(t)
-            aggregates = np.asarray(closed["aggregates"], dtype=np.float64)
-            have_round = t
-            if self.on_round is not None:
-                self.on_round(t, {**closed, "source": choice.source, "y": self._y[-1]})
+        t = 1  # the round the agent works on: every round is looked at, in order, and none twice
+        while True:
             fed = self.federation()
+            if fed["status"] == "done" and t > int(fed["rounds_closed"]):
+                break  # no round t: the federation stopped (every round run, or the budget)
+            rnd = self.round(t)
+            info: dict[str, Any] = {"source": None, "y": None}
+            submitted: bool | None = None  # this run's own view; the closed round's receipt decides
+            if rnd["status"] == "open" and not _accepted(rnd, False):
+                choice = choose_query(
+                    t,
+                    rff,
+                    self.X,
+                    self.y,
+                    aggregates,
+                    regions,
+                    rng=self.rng,
+                    schedule=params.get("p_schedule", "inv_sqrt"),
+                    n_candidates=self.n_candidates,
+                    n_starts=self.n_starts,
+                )
+                self._observe(choice.x)
+                omega = agent_submission(rff, self.X, self.y, rng=self.rng)
+                submitted = self.submit(t, report.agent_id, omega)
+                info = {"source": choice.source, "y": self._y[-1]}
+            closed = rnd if rnd["status"] == "closed" else self.wait_closed(t)
+            accepted = _accepted(closed, bool(submitted))
+            (report.submitted if accepted else report.refused).append(t)
+            aggregates = np.asarray(closed["aggregates"], dtype=np.float64)
+            if self.on_round is not None:
+                self.on_round(t, {**closed, **info, "accepted": accepted})
+            t += 1
 
         best = int(np.argmax(self.y)) if self._y else None
         report.epsilon_pld = float(fed["epsilon_pld"])

@@ -1,7 +1,9 @@
-"""A DP-FTS-DE federation over HTTP (issue 16): the modeler as coordinator, 5 agent processes
-(``pobo agent run``) for 5 rounds, the modeler SIGKILLed in the middle of a round and started again on the
-same port, data dir and database. Every round closes once, with its aggregates and an epsilon that grows;
-every agent exits 0."""
+"""A DP-FTS-DE federation over HTTP (issues 16 and 32): the modeler as coordinator, 5 agent processes
+(``pobo agent run``) for 5 rounds, started together with the federation (``first_round_at`` gives round 1
+their start-up time: all five take part in it), the modeler SIGKILLed in the middle of a round and started
+again on the same port, data dir and database. Every round closes once, with its aggregates and an epsilon
+that grows; every agent exits 0 and reports exactly the rounds the coordinator counted for it (its
+receipts), across the restart."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,9 @@ from tests.e2e.conftest import SQLITE_ONLY, Services
 pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 AGENTS, ROUNDS, ROUND_SECONDS = 5, 5, 2.5
+#: Seconds from the start to first_round_at: five agent processes' start-up and first query (about 1 s of
+#: CPU each; several seconds on a loaded 2-core runner) fit in it; round 1 closes ROUND_SECONDS later.
+FIRST_ROUND_DELAY = 10.0
 Q, Z, DELTA, P, M = 0.5, 5.0, 1e-5, 2, 30  # z = 5: dp-accounting is quick (a 2-CPU runner)
 
 
@@ -88,19 +94,22 @@ def test_five_agent_processes_five_rounds_with_a_modeler_restart(services: Servi
             assert r.status_code == 201, r.text
             tokens.append(r.json()["token"])
         logs = [services.tmp / f"agent-{k}.log" for k in range(AGENTS)]
+        # the agents and the start at once: none need be up yet, first_round_at keeps round 1 open for them
         agents = [start_agent(services, fid, tokens[k], k, logs[k]) for k in range(AGENTS)]
         try:
-            # every agent is up (polling its federation) before the start, so that all take part in round 1
-            wait_for_log(
-                services,
-                lambda log: (
-                    len(set(re.findall(rf'(127\.0\.0\.1:\d+) - "GET /v1/federations/{fid} ', log))) >= AGENTS
-                ),
+            first_round_at = datetime.now(UTC) + timedelta(seconds=FIRST_ROUND_DELAY)
+            started = http.post(
+                f"/v1/federations/{fid}/start", json={"first_round_at": first_round_at.isoformat()}
             )
-            assert http.post(f"/v1/federations/{fid}/start").status_code == 200
+            assert started.status_code == 200, started.text
+            assert datetime.fromisoformat(started.json()["round_deadline"]) == first_round_at + timedelta(
+                seconds=ROUND_SECONDS
+            )
             # mid-round 3: at least one agent's submission for it is stored, the round is still open
             wait_for_log(
-                services, lambda log: f'"POST /v1/federations/{fid}/rounds/3/submissions HTTP/1.1" 202' in log
+                services,
+                lambda log: f'"POST /v1/federations/{fid}/rounds/3/submissions HTTP/1.1" 202' in log,
+                timeout=FIRST_ROUND_DELAY + 40,
             )
             services.modeler.kill()  # SIGKILL mid-round: no shutdown code runs
             services.modeler.start().wait_healthy()  # same port, data dir and database
@@ -130,21 +139,36 @@ def test_five_agent_processes_five_rounds_with_a_modeler_restart(services: Servi
             epsilons.append(rnd["epsilon_pld"])
         assert all(a < b for a, b in zip(epsilons, epsilons[1:], strict=False))  # epsilon grows every round
         assert fed["epsilon_pld"] == epsilons[-1]
+        # the coordinator's count: per agent, the rounds whose submission it accepted before the close
+        counted = [
+            [
+                t
+                for t in range(1, ROUNDS + 1)
+                if http.get(
+                    f"/v1/federations/{fid}/rounds/{t}", headers={"Authorization": f"Bearer {token}"}
+                ).json()["you"]["accepted"]
+            ]
+            for token in tokens
+        ]
 
     # each round was closed (aggregated) exactly once, across both modeler processes
     log = services.modeler.log_path.read_text(errors="replace")
     closes = re.findall(rf"federation {fid}: round (\d+) closed", log)
     assert sorted(int(t) for t in closes) == list(range(1, ROUNDS + 1)), closes
     flat = [" ".join(out.split()) for out in outputs]  # (rich wraps long lines)
-    # each agent took part (a round it submitted to) and never reports a round twice or one that did not
-    # run. Around the restart an agent may miss a round, or see a replay of an accepted round-3 submission
-    # refused once the restarted modeler has closed it: its report can under-count, never over-count.
-    for out in flat:
+    # every agent accounts for every round, once: counted (its submission accepted before the close, also
+    # one whose answer the SIGKILL cut: its replay is answered from the receipt) or not; and what it reports
+    # is exactly what the coordinator counted for it, neither under- nor over-counted
+    for k, out in enumerate(flat):
         found = re.search(r"submitted in rounds \[([\d, ]*)\], refused in \[([\d, ]*)\]", out)
         assert found, out
-        submitted, refused = ({int(t) for t in part.replace(",", " ").split()} for part in found.groups())
-        assert submitted and not submitted & refused, out
-        assert submitted | refused <= set(range(1, ROUNDS + 1)), out
+        submitted, refused = ([int(t) for t in part.replace(",", " ").split()] for part in found.groups())
+        assert submitted == counted[k], (out, counted[k])
+        assert refused == [t for t in range(1, ROUNDS + 1) if t not in counted[k]], out
+    # all five took part in round 1, started together with the federation
+    assert all(rounds[:1] == [1] for rounds in counted), counted
+    # the round-3 submission stored before the kill counted
+    assert any(3 in rounds for rounds in counted), counted
     for out in outputs:
         assert "done (rounds)" in out, out
         assert f"round {ROUNDS}: closed" in out, out

@@ -134,3 +134,25 @@ def test_ldp_moma_study_survives_a_restart_mid_epoch(services: Services) -> None
     assert s["best"]["y"] == pytest.approx(means[best_round])  # an epoch counts with the mean of its plays
     assert s["best"]["index"] == next(e["index"] for e in audit if e["round"] == best_round)
     assert reconciled(services, sid)
+
+
+def test_an_ldp_tgp_study_takes_epsilon_b_and_r_from_the_grant(services: Services) -> None:
+    """Issue 32: an ``ldp-tgp-ucb`` study created without epsilon, B and R runs against a grant with output
+    privacy; the study records the grant's values."""
+    csv = services.tmp / "tgp.csv"
+    write_csv(csv, n=60, d=2)
+    with services.admin() as admin:
+        dataset = admin.upload_dataset(csv, name="tgp", objective="objective")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4)
+        partner = admin.create_partner("tgp lab", release_ids=[release.id], max_queries=8, output_privacy=OP)
+    with services.modeler_http() as http:
+        created = http.post("/v1/studies", json=body(services, release, partner, "ldp-tgp-ucb", 8))
+        assert created.status_code == 201, created.text
+        study = created.json()
+        assert {k: study["strategy_params"][k] for k in OP} == OP  # the values used, recorded
+        other = http.post("/v1/studies", json=body(services, release, partner, "ldp-tgp-ucb", 8, R=1.0))
+        assert other.status_code == 422 and "R = 1 differ" in other.json()["detail"]
+        assert http.post(f"/v1/studies/{study['id']}/run").status_code == 202
+        done = wait_status(http, study["id"], {"done", "failed"})
+    assert (done["status"], done["iterations_done"]) == ("done", 8), done
+    assert reconciled(services, study["id"])

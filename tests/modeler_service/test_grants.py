@@ -9,7 +9,7 @@ import pytest
 
 from modeler_service.grants import fit_to_grant, grant_problem, needs_grant
 from shared.bo.strategies import Answer, get_strategy, parse_params
-from shared.errors import StrategyError
+from shared.errors import InputDataError, StrategyError
 from shared.privacy.ctl import CTL
 from shared.protocol.schemas import OutputPrivacyPublic
 
@@ -42,6 +42,7 @@ def test_which_strategies_read_the_grant() -> None:
         ("tgp-ucb", {"B": 1.0, "v": 2.0}, False),
         ("moma-gp-ucb", {"B": 1.0, "v": 2.0, "k": 4}, True),  # repeated plays
         ("ldp-tgp-ucb", OP, True),
+        ("ldp-tgp-ucb", {}, True),  # epsilon, B, R left out: taken from the grant
         ("ldp-moma-gp-ucb", {**OP, "k": 4}, True),
     ]:
         strategy = get_strategy(name)
@@ -52,7 +53,27 @@ def test_ldp_strategies_need_the_grants_ctl_parameters() -> None:
     assert problem("ldp-tgp-ucb", grant(), **OP) is None
     assert "'tgp-ucb'" in (problem("ldp-tgp-ucb", None, **OP) or "")
     mismatch = problem("ldp-tgp-ucb", grant(B=2.0), **OP) or ""
-    assert "differ from the curator's grant" in mismatch and "B = 2" in mismatch
+    assert "differ from the curator's grant" in mismatch and "B = 1 differ" in mismatch
+    # left out, the grant's values are taken; given and equal, they stand; only a given value can differ
+    assert problem("ldp-tgp-ucb", grant(B=2.0)) is None
+    assert problem("ldp-tgp-ucb", grant(), epsilon=1.0) is None
+    assert "'tgp-ucb'" in (problem("ldp-tgp-ucb", None) or "")
+
+
+def test_ldp_parameters_left_out_are_the_grants_and_are_recorded() -> None:
+    strategy = get_strategy("ldp-tgp-ucb")
+    bare = parse_params("ldp-tgp-ucb", {"beta_multiplier": 0.1})
+    assert strategy.output_privacy(bare) == (None, None, None)
+    fitted = fit_to_grant(strategy, bare, grant(B=2.0))
+    assert strategy.output_privacy(fitted) == (1.0, 2.0, 0.5)
+    assert fitted.model_dump(mode="json")["B"] == 2.0 and fitted.beta_multiplier == 0.1  # type: ignore[attr-defined]
+    partly = parse_params("ldp-tgp-ucb", {"R": 0.5})
+    assert strategy.output_privacy(fit_to_grant(strategy, partly, grant())) == (1.0, 1.0, 0.5)
+    # without the modeler (no grant read), the strategy cannot run on missing values: an actionable error
+    with pytest.raises(InputDataError, match="come from the curator's grant"):
+        strategy(
+            np.zeros((3, 1)), bare, strategy.initial_state(bare, n=3, budget=2, rng=np.random.default_rng(0))
+        )
 
 
 def test_moma_needs_k_fresh_answers_within_the_cap() -> None:
@@ -68,21 +89,26 @@ def test_moma_needs_k_fresh_answers_within_the_cap() -> None:
 
 
 @pytest.mark.parametrize("budget", [40, 1000])
-def test_the_default_k_is_the_papers(budget: int) -> None:
+def test_k_theory_is_the_papers_and_is_checked_against_the_grant(budget: int) -> None:
     strategy = get_strategy("ldp-moma-gp-ucb")
-    k = strategy.fresh_plays_per_row(parse_params("ldp-moma-gp-ucb", OP), budget=budget)
+    k = strategy.fresh_plays_per_row(parse_params("ldp-moma-gp-ucb", {**OP, "k": "theory"}), budget=budget)
     assert k == math.ceil(24 * math.log(4 * math.e * budget / 0.05))
+    tight = (
+        problem("ldp-moma-gp-ucb", grant(fresh=True, cap=(k - 1) * CHARGE), budget, **OP, k="theory") or ""
+    )
+    assert f"set strategy_params.k to at most {k - 1}" in tight
 
 
 def test_moma_takes_its_per_row_limit_from_the_grant() -> None:
     params = parse_params("ldp-moma-gp-ucb", {**OP, "k": 4})
-    fitted = fit_to_grant(params, grant(fresh=True, cap=10 * CHARGE))
+    moma, tgp_ = get_strategy("ldp-moma-gp-ucb"), get_strategy("ldp-tgp-ucb")
+    fitted = fit_to_grant(moma, params, grant(fresh=True, cap=10 * CHARGE))
     assert fitted.max_plays_per_row == 10 and fitted.k == 4  # type: ignore[attr-defined]
-    assert fit_to_grant(params, grant(fresh=True)) is params  # no cap: no limit
+    assert fit_to_grant(moma, params, grant(fresh=True)) is params  # no cap: no limit
     given = parse_params("ldp-moma-gp-ucb", {**OP, "k": 4, "max_plays_per_row": 6})
-    assert fit_to_grant(given, grant(fresh=True, cap=10 * CHARGE)) is given  # the study's own value stands
+    assert fit_to_grant(moma, given, grant(fresh=True, cap=10 * CHARGE)) is given  # the study's value stands
     tgp = parse_params("ldp-tgp-ucb", OP)
-    assert fit_to_grant(tgp, grant(fresh=True, cap=3)) is tgp
+    assert fit_to_grant(tgp_, tgp, grant(fresh=True, cap=3)) is tgp
 
 
 def test_moma_never_plans_a_row_past_its_limit() -> None:

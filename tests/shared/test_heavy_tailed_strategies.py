@@ -11,6 +11,7 @@ import pytest
 from shared.bo.kernels import kernel_matrix
 from shared.bo.strategies import REGISTRY, Answer, RowRequest, get_strategy, parse_params
 from shared.bo.strategies.heavy_tailed import (
+    K_DEFAULT,
     LDPTGPUCBStrategy,
     MoMAGPUCBStrategy,
     Tails,
@@ -22,6 +23,7 @@ from shared.bo.strategies.heavy_tailed import (
     tgp_beta,
     tgp_truncation,
 )
+from shared.bo.strategies.heavy_tailed.common import BETA_MULTIPLIER_DEFAULT as BETA_MULTIPLIER
 from shared.errors import InputDataError, StrategyError
 
 LDP = {"epsilon": 2.0, "B": 1.0, "R": 1.0, "lengthscale": 0.2}
@@ -128,7 +130,7 @@ def test_plan_does_not_change_state(name: str) -> None:
 
 def test_parse_params_errors_list_the_accepted_fields() -> None:
     with pytest.raises(InputDataError, match="it accepts: .*beta_multiplier.*epsilon"):
-        parse_params("ldp-tgp-ucb", {"B": 1.0, "R": 1.0})
+        parse_params("ldp-tgp-ucb", {"B": 1.0, "R": 1.0, "epsilom": 1.0})  # a misspelt field
     with pytest.raises(InputDataError, match="alpha"):
         parse_params("tgp-ucb", {"B": 1.0, "v": 2.0, "alpha": 1.5})
 
@@ -140,8 +142,13 @@ def test_fresh_plays_and_output_privacy() -> None:
         expected = (2.0, 1.0, 1.0) if name.startswith("ldp-") else None
         assert cls.output_privacy(params) == expected
     default = parse_params("ldp-moma-gp-ucb", LDP)
-    k = MoMAGPUCBStrategy.fresh_plays_per_row(default, budget=1000)
+    assert MoMAGPUCBStrategy.fresh_plays_per_row(default, budget=1000) == K_DEFAULT  # whatever the budget
+    assert MoMAGPUCBStrategy.fresh_plays_per_row(default, budget=40) == K_DEFAULT
+    theory = parse_params("ldp-moma-gp-ucb", {**LDP, "k": "theory"})
+    k = MoMAGPUCBStrategy.fresh_plays_per_row(theory, budget=1000)
     assert k == math.ceil(24 * math.log(4 * math.e * 1000 / 0.05)) == default_k(1000, 0.05) == 295
+    # a study stored before k had a practical default kept "k": null, which meant the paper's formula
+    assert parse_params("ldp-moma-gp-ucb", {**LDP, "k": None}).k == "theory"  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------------ TGP
@@ -158,8 +165,19 @@ def test_tgp_truncation_zeroes_large_rewards() -> None:
 
 def test_tgp_b_and_beta_by_hand() -> None:
     lam, delta = 0.5, 0.1
-    params = parse_params("ldp-tgp-ucb", {"epsilon": 0.5, "B": 1.0, "R": 0.5, "lam": lam, "delta": delta,
-                                          "lengthscale": 0.2, "initial_points": 0})  # fmt: skip
+    params = parse_params(
+        "ldp-tgp-ucb",
+        {
+            "epsilon": 0.5,
+            "B": 1.0,
+            "R": 0.5,
+            "lam": lam,
+            "delta": delta,
+            "lengthscale": 0.2,
+            "initial_points": 0,
+            "beta_multiplier": 1.0,
+        },
+    )  # the theorem's beta; fmt: skip
     s = LDPTGPUCBStrategy(Z1, params, {"T": 10})
     L = 2 * 1.5 / 0.5
     K = 1.0 + 0.25 + 2 * L * L
@@ -229,7 +247,7 @@ def test_ata_details_and_dictionary() -> None:
     assert d["t"] == 13 and d["m"] == s.m and 1 <= s.m <= 12
     assert d["q"] == pytest.approx(math.log(100) / 0.01)
     assert d["beta"] == pytest.approx(
-        ata_beta(s.tails, 12, s.m, T=100, delta=0.05, lam=1.0, nystrom_eps=0.1, multiplier=1.0)
+        ata_beta(s.tails, 12, s.m, T=100, delta=0.05, lam=1.0, nystrom_eps=0.1, multiplier=BETA_MULTIPLIER)
     )
     assert d["b_prev"] == pytest.approx(ata_truncation(s.tails, 12, s.m, T=100, delta=0.05))
     assert np.all(s.var >= 0) and np.all(s.var <= 1 + 1e-9)
@@ -280,7 +298,8 @@ def test_moma_update_is_algorithm_3_from_scratch() -> None:
     median of the k - 1 V~-distances, mu~ uses theta~_{k*}, and
     sigma~^2 = k - |phi|^2 + lambda phi^T V^-1 phi (issue 14: audited against the paper, no deviation)."""
     lam, k = 0.5, 4
-    params = parse_params("ldp-moma-gp-ucb", {**LDP, "k": k, "lam": lam, "q": 1e9, "initial_points": 0})
+    raw = {**LDP, "k": k, "lam": lam, "q": 1e9, "initial_points": 0, "beta_multiplier": 1.0}
+    params = parse_params("ldp-moma-gp-ucb", raw)
     s = get_strategy("ldp-moma-gp-ucb")(Z1, params, {"T": 40, "k": k, "nystrom_seed": 3})
     rng = np.random.default_rng(7)
     epochs = [10, 60, 10, 35, 10, 85]
@@ -332,8 +351,10 @@ def test_moma_plans_k_identical_rows_and_a_short_last_epoch() -> None:
 
 
 def test_moma_refuses_a_budget_below_k() -> None:
-    params = parse_params("ldp-moma-gp-ucb", LDP)  # default k = ceil(24 ln(4 e 200 / 0.05)) = 257
-    with pytest.raises(InputDataError, match=r"k = 257 .*strategy_params.k.*at least 257"):
+    params = parse_params("ldp-moma-gp-ucb", {**LDP, "k": "theory"})  # ceil(24 ln(4 e 200 / 0.05)) = 257
+    with pytest.raises(
+        InputDataError, match=r"k = 257 times per epoch \(the paper's .*strategy_params.k.*at least 257"
+    ):
         MoMAGPUCBStrategy.initial_state(params, n=100, budget=200, rng=np.random.default_rng(0))
     small = parse_params("moma-gp-ucb", {**HT, "k": 20})
     with pytest.raises(InputDataError, match="k = 20"):

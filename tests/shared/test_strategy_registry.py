@@ -121,7 +121,8 @@ def test_parse_params_rejects_with_the_accepted_keys(name: str, raw: dict, probl
     if name == "random":
         assert "it takes no parameters" in message
     elif name == "gp-bucb":
-        assert "it accepts: delta_prime (default 0.05), hyperparameters (default 'mle')" in message
+        accepts = "it accepts: delta_prime (default 0.05), beta_scale (default 1.0), hyperparameters"
+        assert f"{accepts} (default 'mle')" in message
         assert "batch_size (default 5), beta_multiplier (default 1.0)" in message
     else:
         assert "it accepts: delta_prime" in message and "batch_size" not in message.split("it accepts")[1]

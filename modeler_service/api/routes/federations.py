@@ -11,7 +11,7 @@ import asyncio
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
 from modeler_service import federations
@@ -22,6 +22,7 @@ from modeler_service.federation_schemas import (
     FederationCreate,
     FederationPublic,
     FederationsPublic,
+    FederationStart,
     RoundPublic,
     SubmissionAccepted,
     SubmissionCreate,
@@ -88,12 +89,26 @@ def register_agent(
     responses={
         **_ERRORS,
         409: {"description": "Already started, no agents, or one round would pass the epsilon budget"},
+        422: {"description": "first_round_at has no timezone, is in the past, or is more than 24 h ahead"},
     },
 )
-def start(federation_id: FederationId, principal: PrincipalDep, session: SessionDep) -> FederationPublic:
+def start(
+    federation_id: FederationId,
+    principal: PrincipalDep,
+    session: SessionDep,
+    body: Annotated[FederationStart | None, Body()] = None,
+) -> FederationPublic:
     """N (``participants``) and each agent's position and sub-region (round robin, position mod P) are
-    fixed from here on; the weights and the noise depend on them only. Registering later is a 409."""
-    federation = federations.start(session, principal, federation_id)
+    fixed from here on; the weights and the noise depend on them only. Registering later is a 409.
+
+    Round 1 accepts submissions at once. Without a body its deadline is ``round_seconds`` from now; with
+    ``{"first_round_at": "<ISO 8601 time with a timezone>"}`` it is ``first_round_at + round_seconds``, so
+    that agents started together with the federation (``pobo agent run`` takes a few seconds to start) all
+    take part in round 1: pick the time by which every agent will be up. ``round_deadline`` in the answer
+    says when round 1 closes.
+    """
+    first_round_at = body.first_round_at if body is not None else None
+    federation = federations.start(session, principal, federation_id, first_round_at)
     return federations.to_public(session, federation, principal)
 
 
@@ -111,11 +126,15 @@ def get_federation(
 @router.post(
     "/{federation_id}/rounds/{number}/submissions",
     status_code=status.HTTP_202_ACCEPTED,
-    summary="Submit omega for the open round (agent token; Idempotency-Key)",
+    summary="Submit omega for the open round (agent token; Idempotency-Key); the answer is its receipt",
     responses={
         **_ERRORS,
         409: {
-            "description": "Not the open round, its deadline passed, or the agent already submitted for it"
+            "description": (
+                "Not the open round and no receipt of this agent in it, its deadline passed, the agent "
+                "already submitted for it (under another key), or the key was used with another omega or "
+                "for another round"
+            )
         },
         422: {"description": "omega does not have M finite values"},
     },
@@ -129,9 +148,14 @@ def submit(
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> SubmissionAccepted:
-    """One submission per agent per round. A retry with the same ``Idempotency-Key`` is answered 202 again
-    (``Idempotent-Replayed: true``) and stores nothing. The round closes at its deadline only, never early;
-    a submission then counts only if the agent is in the round's Poisson sample (unknown to anyone else).
+    """One submission per agent per round, accepted before the round's deadline. It leaves a receipt
+    (round, agent, key, accepted time; never the omega) that outlives the round's close, when the omega
+    itself is deleted: a retry with the same ``Idempotency-Key`` and the same omega is answered 202 again
+    from it (``Idempotent-Replayed: true``, ``round_status`` says whether the round has closed since),
+    even after the close, and stores nothing. The same key with another omega, or for another round, is a
+    409; so is a closed round without a receipt of this agent. The round closes at its deadline only,
+    never early; an accepted submission then counts if the agent is in the round's Poisson sample
+    (unknown to anyone else, the agent included).
     """
     accepted, replayed = federations.submit(
         session, principal, federation_id, number, body.omega, idempotency_key
@@ -145,6 +169,12 @@ def submit(
     "/{federation_id}/rounds/{number}",
     summary="A round: open, or closed with its aggregates and epsilon; `wait` long-polls until closed",
     responses=_ERRORS,
+    description=(
+        "An agent also gets `you`, its own standing in the round from its receipt (`accepted`, "
+        "`accepted_at`; nothing about other agents): once the round is closed, `accepted` says whether "
+        "the round counted this agent's submission. An agent that restarts, or lost an answer to an "
+        "outage, reads it to resume at the right round without submitting twice."
+    ),
 )
 async def get_round(
     federation_id: FederationId,

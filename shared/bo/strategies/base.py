@@ -275,14 +275,23 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
         return 1
 
     @classmethod
-    def output_privacy(cls, params: StrategyParams) -> tuple[float, float, float] | None:
+    def output_privacy(cls, params: StrategyParams) -> tuple[float | None, float | None, float | None] | None:
         """``(epsilon, B, R)`` the strategy assumes the curator's output mechanism uses, or None (default).
 
         Local-DP strategies (Zhou & Tan 2021) set their truncation levels and beta_t from the Laplace scale
         2(B + R)/epsilon of the curator's CTL(epsilon) mechanism; the modeler checks these against the values
-        the curator declares on its grant.
+        the curator declares on its grant. A None entry is one the study left out: the modeler takes it from
+        the grant (``with_output_privacy``).
         """
         return None
+
+    @classmethod
+    def with_output_privacy(
+        cls, params: StrategyParams, *, epsilon: float, B: float, R: float
+    ) -> StrategyParams:
+        """``params`` with the output mechanism's values the study left out taken from the grant (default:
+        unchanged, for strategies that assume no output mechanism)."""
+        return params
 
     @classmethod
     def check_domain(cls, params: StrategyParams, domain: GradientDomain, *, budget: int) -> None:

@@ -128,9 +128,9 @@ class GPBUCBStrategy(GPUCBStrategy):
         "Batch GP-UCB, GP-BUCB (Desautels, Krause & Burdick, JMLR 2014, Algorithm 1): each round chooses "
         "`batch_size` rows one after another at the argmax of mu(z) + beta_t^(1/2) sigma(z), where the mean "
         "is that of the outcomes observed so far and the variance is also conditioned on the rows already "
-        "chosen in the round (hallucinated observations). beta_t = beta_multiplier * 2 ln(n t^2 pi^2 / "
-        "(6 delta')) (Theorem 1, beta_multiplier = exp(2C)). Random initial rows first; hyper-parameters "
-        "fixed or refitted by maximum likelihood on a schedule."
+        "chosen in the round (hallucinated observations). beta_t = beta_multiplier * beta_scale * 2 ln(n t^2 "
+        "pi^2 / (6 delta')) (Theorem 1 at beta_scale 1, beta_multiplier = exp(2C)). Random initial rows "
+        "first; hyper-parameters fixed or refitted by maximum likelihood on a schedule."
     )
     Params: ClassVar[type[StrategyParams]] = GPBUCBParams
 
@@ -155,7 +155,7 @@ class GPBUCBStrategy(GPUCBStrategy):
         requests: list[RowRequest] = []
         for j in range(size):
             t = t0 + j + 1
-            beta = gp_bucb_beta(self.n, t, params.delta_prime, params.beta_multiplier)
+            beta = params.beta_scale * gp_bucb_beta(self.n, t, params.delta_prime, params.beta_multiplier)
             std = hallucinated.std()
             ucb = mean + math.sqrt(beta) * std
             ucb[excluded] = -np.inf

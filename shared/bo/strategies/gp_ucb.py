@@ -52,6 +52,10 @@ class Suggestion:
     t: int
 
 
+#: GP-UCB's (and GP-BUCB's) default ``beta_scale``, chosen by the rule of ``pobo bench strategies``.
+BETA_SCALE_DEFAULT = 1.0
+
+
 def gp_ucb_beta(n: int, t: int, delta_prime: float) -> float:
     """``beta_t = 2 ln(n t^2 pi^2 / (6 delta'))`` (PO-GP-UCB Alg. 2 line 3; Srinivas et al. Thm. 1)."""
     if n < 1 or t < 1:
@@ -90,6 +94,7 @@ class GPUCB:
         Z: npt.ArrayLike,
         *,
         delta_prime: float = 0.05,
+        beta_scale: float = 1.0,
         hyperparameters: Hyperparameters | Literal["mle"] = "mle",
         exclude_queried: bool = True,
         prior_mean: Literal["zero", "empirical"] = "empirical",
@@ -101,6 +106,9 @@ class GPUCB:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         gp_ucb_beta(max(1, Z.shape[0] if Z.ndim == 2 else 1), 1, delta_prime)  # validates delta_prime
         self.delta_prime = float(delta_prime)
+        if not (math.isfinite(beta_scale) and beta_scale > 0):
+            raise InputDataError(f"beta_scale must be a finite number > 0, got {beta_scale!r}")
+        self.beta_scale = float(beta_scale)
         self.mle = hyperparameters == "mle"
         self.distance_scale = median_distance(Z) if self.mle else 1.0
         if self.mle:
@@ -143,8 +151,12 @@ class GPUCB:
     ) -> tuple[npt.NDArray[np.float64], float, int]:
         """UCB values [n] (queried rows at -inf when excluded; into ``out`` if given), beta_t and t."""
         t = self.gp.t + 1
-        beta = gp_ucb_beta(self.n, t, self.delta_prime)
+        beta = self.beta(t)
         return self._exclude(self.gp.upper_confidence_bound(math.sqrt(beta), out=out)), beta, t
+
+    def beta(self, t: int) -> float:
+        """beta_t of the t-th observation: ``beta_scale`` times GP-UCB's (``gp_ucb_beta``)."""
+        return self.beta_scale * gp_ucb_beta(self.n, t, self.delta_prime)
 
     def _exclude(self, ucb: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         if self.exclude_queried:
@@ -153,7 +165,7 @@ class GPUCB:
 
     def suggest(self) -> Suggestion:
         t = self.gp.t + 1
-        beta = gp_ucb_beta(self.n, t, self.delta_prime)
+        beta = self.beta(t)
         # computed by the last observe's pass over n when no refit came after it (``observe``)
         ucb = self._exclude(self.gp.ucb_values(math.sqrt(beta)))
         i = argmax(ucb)  # first maximum: deterministic tie-breaking by smallest index
@@ -173,7 +185,7 @@ class GPUCB:
         ``suggest``'s UCB values (beta_{t+1}), so a step makes one pass over n after its BLAS work."""
         t = self.gp.t + 1  # observations after this one
         refit = self.mle and self.refit_schedule(t)
-        scale = None if refit else math.sqrt(gp_ucb_beta(self.n, t + 1, self.delta_prime))
+        scale = None if refit else math.sqrt(self.beta(t + 1))
         self.gp.add(index, y, ucb_scale=scale)
         self._queried[int(index)] = True
         if refit:
@@ -231,6 +243,15 @@ class GPUCBParams(StrategyParams):
     delta_prime: float = Field(
         default=0.05, gt=0, lt=1, allow_inf_nan=False, description="GP-UCB confidence parameter delta'."
     )
+    beta_scale: float = Field(
+        default=BETA_SCALE_DEFAULT,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="Factor on beta_t = 2 ln(n t^2 pi^2 / (6 delta')). 1 = Srinivas et al.'s, the value "
+        "with a regret bound; the rule of pobo bench strategies kept it as the default, since no smaller "
+        "value learned materially better on its problems (docs/strategies.md). Below 1: less exploration.",
+    )
     hyperparameters: Literal["mle"] | FixedHyperparameters = Field(
         default="mle", description='"mle" (refitted by maximum likelihood on a schedule) or fixed values.'
     )
@@ -243,6 +264,7 @@ class GPUCBParams(StrategyParams):
         hp = self.hyperparameters
         return {
             "delta_prime": self.delta_prime,
+            "beta_scale": self.beta_scale,
             "hyperparameters": "mle" if hp == "mle" else hp.engine_value(),
             "exclude_queried": self.exclude_queried,
         }
@@ -260,7 +282,7 @@ def row_details(engine: GPUCB, index: int, *, source: str) -> dict[str, Any]:
 
     Computed at that one row (the UCB over all n is what ``suggest`` already did): the same arithmetic as
     ``engine.acquisition()[0][index]``, -inf for a queried row when queried rows are excluded."""
-    beta = gp_ucb_beta(engine.n, engine.gp.t + 1, engine.delta_prime)
+    beta = engine.beta(engine.gp.t + 1)
     mean, std = engine.gp.posterior_at(index)
     excluded = engine.exclude_queried and bool(engine._queried[int(index)])
     return {
@@ -281,8 +303,8 @@ class GPUCBStrategy(Strategy):
     description: ClassVar[str] = (
         "GP-UCB over the released rows (Srinivas et al. 2010; PO-GP-UCB, Kharkovskii et al. 2020, "
         "Algorithm 2): after `initial_points` random rows, each round queries the one row maximising "
-        "mu(z) + beta_t^(1/2) sigma(z), beta_t = 2 ln(n t^2 pi^2 / (6 delta')). Hyper-parameters fixed or "
-        "refitted by maximum likelihood on a schedule."
+        "mu(z) + beta_t^(1/2) sigma(z), beta_t = beta_scale * 2 ln(n t^2 pi^2 / (6 delta')) (the "
+        "theorem's at beta_scale 1). Hyper-parameters fixed or refitted by maximum likelihood on a schedule."
     )
     Params: ClassVar[type[StrategyParams]] = GPUCBParams
 

@@ -21,6 +21,7 @@ from shared.bo.strategies.heavy_tailed.ata import (
 )
 from shared.bo.strategies.heavy_tailed.common import HeavyTailedParams, LDPParams, NystromParams, Tails
 from shared.bo.strategies.heavy_tailed.moma import (
+    K_DEFAULT,
     LDPMoMAGPUCBStrategy,
     LDPMoMAParams,
     MoMAGPUCBStrategy,
@@ -57,6 +58,7 @@ __all__ = [
     "Tails",
     "ata_beta",
     "ata_truncation",
+    "K_DEFAULT",
     "default_k",
     "median_of_means",
     "moma_beta",

@@ -66,6 +66,10 @@ FloatArray = npt.NDArray[np.float64]
 
 
 # ------------------------------------------------------------------------------------------------ params
+#: The six strategies' default ``beta_multiplier``, chosen by the rule of ``pobo bench strategies``.
+BETA_MULTIPLIER_DEFAULT = 0.01
+
+
 class CommonParams(StrategyParams):
     """Fields every heavy-tailed / LDP strategy takes."""
 
@@ -79,12 +83,13 @@ class CommonParams(StrategyParams):
         description="Kernel lengthscale; null = the median pairwise distance of the released Z.",
     )
     beta_multiplier: float = Field(
-        default=1.0,
+        default=BETA_MULTIPLIER_DEFAULT,
         gt=0,
         allow_inf_nan=False,
-        description="Factor on the theorem's beta (1 = as stated, the value with a regret bound). The "
-        "theorems' betas explore for about 1000 queries on the paper's synthetic problem; 0.01-0.03 learns "
-        "there (pobo bench ldp).",
+        description="Factor on the theorem's beta. 1 = as stated, the value with a regret bound, which "
+        "explores for more than 1000 queries (at random play's regret or worse after 200 on pobo's bench "
+        "problems); the default is the practical value chosen by pobo bench strategies "
+        "(docs/strategies.md).",
     )
     initial_points: int = Field(
         default=1, ge=0, le=10_000, description="Random rows played first (one play / epoch each)."
@@ -102,12 +107,28 @@ class HeavyTailedParams(CommonParams):
 class LDPParams(CommonParams):
     """Local DP (Zhou & Tan 2021): the curator's CTL(epsilon) adds Laplace(2(B + R)/epsilon) to each answer.
 
-    ``epsilon``, ``B`` and ``R`` must be the values the curator declares on its grant.
+    ``epsilon``, ``B`` and ``R`` are the values the curator declares on its grant: left out, the modeler
+    takes them from the grant when the study is created (and records them); given, they must equal it.
     """
 
-    epsilon: float = Field(gt=0, allow_inf_nan=False, description="The curator's local-DP epsilon.")
-    B: float = Field(gt=0, allow_inf_nan=False, description="Bound on |f| (RKHS norm), as on the grant.")
-    R: float = Field(ge=0, allow_inf_nan=False, description="Bound on the noise |eta|, as on the grant.")
+    epsilon: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="The curator's local-DP epsilon; null = the grant's (recorded at creation).",
+    )
+    B: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Bound on |f| (RKHS norm); null = the grant's (recorded at creation).",
+    )
+    R: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Bound on the noise |eta|; null = the grant's (recorded at creation).",
+    )
 
 
 class NystromParams(StrategyParams):
@@ -161,6 +182,11 @@ def tails_from_params(params: StrategyParams) -> Tails:
     """The tail constants of LDP (epsilon, B, R) or heavy-tailed (B, v, alpha) parameters."""
     if isinstance(params, LDPParams):
         eps, B, R = params.epsilon, params.B, params.R
+        if eps is None or B is None or R is None:
+            raise InputDataError(
+                "epsilon, B and R of a local-DP strategy come from the curator's grant: create the study "
+                "through the modeler (which reads the grant), or give all three"
+            )
         extra = 8.0 * (B + R) ** 2 / eps**2
         return Tails(
             private=True,
@@ -219,11 +245,22 @@ class HeavyTailedStrategy(Strategy):
         return {"T": int(budget), "initial_indices": initial, "nystrom_seed": int(rng.integers(2**62))}
 
     @classmethod
-    def output_privacy(cls, params: StrategyParams) -> tuple[float, float, float] | None:
-        """(epsilon, B, R) for the LDP parameterisation, else None."""
+    def output_privacy(cls, params: StrategyParams) -> tuple[float | None, float | None, float | None] | None:
+        """(epsilon, B, R) for the LDP parameterisation (None where the study left one out), else None."""
         if isinstance(params, LDPParams):
-            return (float(params.epsilon), float(params.B), float(params.R))
+            return (params.epsilon, params.B, params.R)
         return None
+
+    @classmethod
+    def with_output_privacy(
+        cls, params: StrategyParams, *, epsilon: float, B: float, R: float
+    ) -> StrategyParams:
+        """LDP parameters with the grant's epsilon, B and R where the study left them out."""
+        if not isinstance(params, LDPParams):
+            return params
+        given = params.model_dump()
+        filled = {k: v for k, v in (("epsilon", epsilon), ("B", B), ("R", R)) if given.get(k) is None}
+        return type(params).model_validate(given | filled) if filled else params
 
     def _check(self, answers: Sequence[Answer]) -> tuple[npt.NDArray[np.int64], FloatArray]:
         idx = np.array([int(a.request.index) for a in answers], dtype=np.int64)

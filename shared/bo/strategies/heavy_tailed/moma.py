@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
+from pydantic import Field, field_validator
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
 from shared.bo.nystrom import NystromEmbedding, sample_dictionary
@@ -71,6 +71,7 @@ __all__ = [
     "LDPMoMAParams",
     "MoMAGPUCBStrategy",
     "MoMAParams",
+    "K_DEFAULT",
     "default_k",
     "median_of_means",
     "moma_beta",
@@ -109,10 +110,24 @@ def median_of_means(Theta: FloatArray, V: FloatArray) -> tuple[int, FloatArray]:
     return int(np.argmin(r)), r
 
 
+#: MoMA's default k (both variants), chosen by the rule of ``pobo bench strategies`` (docs/strategies.md).
+K_DEFAULT = 5
+
+
 class _MoMAFields(StrategyParams):
-    k: int | None = Field(
-        default=None, ge=1, le=100_000, description="Plays per epoch; null = ceil(24 ln(4 e T / delta))."
+    k: Annotated[int, Field(ge=1, le=100_000)] | Literal["theory"] = Field(
+        default=K_DEFAULT,
+        description="Plays per epoch. \"theory\" = the paper's ceil(24 ln(4 e T / delta)) (Theorem 4's, with "
+        "its regret bound: 240 at T = 100, 295 at T = 1000, so a few epochs in a study of a few hundred "
+        "queries); the default is the practical value chosen by pobo bench strategies (docs/strategies.md).",
     )
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _null_is_the_papers(cls, value: object) -> object:
+        """Studies created before k had a practical default stored ``"k": null`` for the paper's formula."""
+        return "theory" if value is None else value
+
     max_plays_per_row: int | None = Field(
         default=None,
         ge=1,
@@ -143,15 +158,15 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
     description: ClassVar[str] = (
         "MoMA-GP-UCB for heavy-tailed payoffs (Zhou & Tan, AAAI 2021, Algorithm 3): epochs of k plays of the "
         "UCB row (one round of k requests), Nystrom features refreshed per epoch, k least-squares estimates "
-        "and the median-of-means choice among them. k = ceil(24 ln(4eT/delta)) unless given."
+        'and the median-of-means choice among them. k = "theory" is the paper\'s ceil(24 ln(4eT/delta)).'
     )
     Params: ClassVar[type[StrategyParams]] = MoMAParams
     rng_tag: ClassVar[int] = 2
 
     @classmethod
     def resolve_k(cls, params: StrategyParams, budget: int) -> int:
-        k = getattr(params, "k", None)
-        return int(k) if k is not None else default_k(budget, float(getattr(params, "delta", 0.05)))
+        k = getattr(params, "k", K_DEFAULT)
+        return int(k) if k != "theory" else default_k(budget, float(getattr(params, "delta", 0.05)))
 
     @classmethod
     def fresh_plays_per_row(cls, params: StrategyParams, *, budget: int) -> int:
@@ -165,9 +180,9 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
         k = cls.resolve_k(params, budget)
         if budget < k:
             source = (
-                "strategy_params.k"
-                if getattr(params, "k", None) is not None
-                else (f"the default ceil(24 ln(4 e T / delta)) for T = {budget}")
+                f"the paper's ceil(24 ln(4 e T / delta)) for T = {budget}"
+                if getattr(params, "k", K_DEFAULT) == "theory"
+                else "strategy_params.k"
             )
             raise InputDataError(
                 f"{cls.name} plays each chosen row k = {k} times per epoch ({source}), more than the study's "

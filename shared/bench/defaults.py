@@ -1,0 +1,529 @@
+"""``pobo bench strategies``: does every strategy learn at its defaults? (issue 32)
+
+Every registered strategy that chooses rows runs at its **default** parameters (a study gives only what has
+no default: ``B`` and ``v`` of the heavy-tailed strategies; the LDP strategies' ``epsilon``, ``B`` and ``R``
+are the grant's) through the round interface the modeler uses (``initial_state`` / ``plan`` / ``observe``),
+on three problems, each an input-private release, with and without output privacy:
+
+* ``synthetic`` -- the PO-GP-UCB paper's synthetic setting (``shared.bench.synthetic``): a 100 x 100 grid
+  (n = 10 000, d = 2, the paper's scale), f ~ GP(SE) standardised; declared B = 4, R = 1.
+* ``diabetes`` -- scikit-learn's diabetes data (n = 442 patients, d = 10 measurements, raw units); each
+  feature declared at 1 % of its range (a simulation's stand-in for a curator's domain units); the outcome is
+  the disease-progression score, uploaded relative to the midpoint 175 of its declared range [0, 350]
+  (so that CTL's symmetric clip fits it): B = 175, R = 10.
+* ``demo-hospital`` -- pobo's bundled demo cohort (n = 4000, d = 7, the demo's declared clinical units);
+  the recovery score relative to the midpoint of its range [0, 100]: B = 50, R = 1.
+
+The release is the default Gaussian mechanism at epsilon_in = 1, delta = 1e-5 (no projection); a query's
+outcome is f(row) + eta, eta ~ U[-R, R]. Output modes: ``plain`` (the outcome as measured) and ``ctl`` (the
+curator's CTL at epsilon_out = 4: clipped to [-(B + R), B + R] plus Laplace of scale 2 (B + R) / epsilon_out,
+simulated with a seeded generator like ``shared.bench.ldp_problems``). Strategies: ``gp-ucb``, ``gp-bucb``
+and ``random`` in both modes; ``tgp-ucb``, ``ata-gp-ucb``, ``moma-gp-ucb`` in ``plain`` (v = B^2 + R^2 / 3,
+MoMA's c = R^2 / 3, alpha = 1); ``ldp-tgp-ucb``, ``ldp-ata-gp-ucb``, ``ldp-moma-gp-ucb`` in ``ctl``. A study
+has T = 200 plays, except on ``diabetes``, where T = 100: its 442 rows cap what a strategy that never
+plays a row twice can reach (the 200 best rows average 0.63 of random play's regret, the 100 best 0.42).
+Metric: the **regret ratio**, the mean regret of the rows played, (1/T) sum_t (max f -
+f(x_t)), over that of uniform random play, mean(max f - f) (1 = no learning; random is 1 in expectation).
+Paired design: in one run every strategy of a problem sees the same release, f and noise sequence.
+
+How the defaults were chosen (written down before any result was seen; ``--tune`` runs it). For each
+parameter below, every candidate runs on tuning runs (seed + 1000: disjoint from the report's), on the
+three problems and the modes the strategies run in; the candidate chosen is the one with the smallest
+**worst case** over (strategy, problem, mode) of the mean regret ratio; a candidate closer to the theorem
+(a larger beta) within 0.02 of that worst case is preferred.
+
+* the six heavy-tailed / LDP strategies' ``beta_multiplier`` (one family default): {1, 0.3, 0.1, 0.03,
+  0.01};
+* MoMA-GP-UCB's ``k`` (both variants), with the family's beta chosen above: {5, 9, 15, 25};
+* GP-UCB's and GP-BUCB's ``beta_scale`` (one default for both; a factor on GP-UCB's beta_t, 1 = Srinivas et
+  al.'s): {1, 0.3, 0.1, 0.03, 0.01}. (GP-BUCB's own ``beta_multiplier``, exp(2C) >= 1, stays 1.)
+
+``dp-gibo`` (``--gibo``): its defaults on a real-data logistic regression, scikit-learn's breast-cancer data
+(the first 9 features centred, declared at their standard deviations, plus an intercept: 10 parameters, all
+569 patients), a gradient oracle with the box [-5, 5]^10, clip B = 1, mu = 2, T = 30 steps, delta = 1e-5,
+run through the curator's ``oracle_gradient``; the score is the fraction of the gap between the start's
+training loss and the box's optimum (L-BFGS-B) that the last iterate closes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shared.bench.ldp import Case, study
+from shared.bench.ldp_problems import Problem
+from shared.bench.pool import map_runs
+from shared.bench.report import markdown_table, rich_table, write_report
+
+PROBLEMS = ("synthetic", "diabetes", "demo-hospital")
+MODES = ("plain", "ctl")
+T_DEFAULT = 200
+EPSILON_INPUT, DELTA_INPUT = 1.0, 1e-5
+EPSILON_OUTPUT = 4.0
+TUNING_SEED_OFFSET = 1000
+
+BOTH = ("gp-ucb", "gp-bucb", "random")
+PLAIN_ONLY = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
+CTL_ONLY = ("ldp-tgp-ucb", "ldp-ata-gp-ucb", "ldp-moma-gp-ucb")
+HEAVY_TAILED = PLAIN_ONLY + CTL_ONLY
+
+BETA_GRID = (1.0, 0.3, 0.1, 0.03, 0.01)
+K_GRID = (5, 9, 15, 25)
+#: Within this of the best worst case, the candidate closer to the theorem is preferred.
+TIE = 0.02
+#: GP-UCB's and GP-BUCB's beta_scale candidates.
+GP_BETA_GRID = (1.0, 0.3, 0.1, 0.03, 0.01)
+#: Plays per study, by problem (``T_DEFAULT`` elsewhere).
+T_OF_PROBLEM = {"diabetes": 100}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the curator declares of a problem's outcome: the bound B on |f| and R on the noise."""
+
+    B: float
+    R: float
+
+
+DECLARED = {
+    "synthetic": Declared(4.0, 1.0),
+    "diabetes": Declared(175.0, 10.0),
+    "demo-hospital": Declared(50.0, 1.0),
+}
+
+
+@cache
+def _data(name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(X in declared units [n, d], f [n] or None for the synthetic problem, whose f is drawn per run)."""
+    if name == "synthetic":
+        from shared.bench.synthetic import grid_inputs
+
+        return grid_inputs()[0], None
+    if name == "diabetes":
+        from sklearn.datasets import load_diabetes
+
+        X, y = load_diabetes(return_X_y=True, scaled=False)
+        unit = 0.01 * (X.max(axis=0) - X.min(axis=0))
+        return X / unit, np.asarray(y, dtype=np.float64) - 175.0
+    if name == "demo-hospital":
+        import csv
+
+        from shared.data.make_demo_dataset import DP_UNITS, FEATURES, OUTCOME, PATH
+
+        with open(PATH, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        X = np.array([[float(r[c]) for c in FEATURES] for r in rows])
+        y = np.array([float(r[OUTCOME]) for r in rows])
+        return X / np.array([DP_UNITS[c] for c in FEATURES]), y - 50.0
+    raise ValueError(f"unknown problem {name!r}; the problems are {', '.join(PROBLEMS)}")
+
+
+def make_problem(name: str, seed: int, run: int, T: int) -> Problem:
+    """One run's problem: the release of the declared-unit rows, f on the rows, the noise sequences."""
+    from shared.bench.synthetic import _grid_factor, sample_f
+    from shared.privacy.gaussian import gaussian_release
+
+    X, f = _data(name)
+    if f is None:
+        f = sample_f(np.random.default_rng([seed, run, 1]), _grid_factor())
+    release_rng = np.random.default_rng([seed, run, 2])
+    Z = gaussian_release(X, epsilon=EPSILON_INPUT, delta=DELTA_INPUT, rng=release_rng).Z
+    declared = DECLARED[name]
+    noise = np.random.default_rng([seed, run, 3])
+    return Problem(
+        setting=name,
+        Z=Z,
+        f=f,
+        B=declared.B,
+        R=declared.R,
+        eta=noise.uniform(-declared.R, declared.R, T),
+        laplace=noise.laplace(0.0, 1.0, T),
+        kernel="se",
+        lengthscale=1.0,  # unused: the strategies run at their defaults
+        noise_second_moment=declared.R**2 / 3.0,
+        extra={"n": float(Z.shape[0]), "d": float(Z.shape[1])},
+    )
+
+
+def random_ratio_denominator(problem: Problem) -> float:
+    """The expected regret of one uniformly random play: mean(max f - f)."""
+    return float(np.mean(problem.f.max() - problem.f))
+
+
+# ------------------------------------------------------------------------------------------------ cases
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One strategy in one output mode, with the parameters that differ from its defaults (tuning only)."""
+
+    strategy: str
+    mode: str
+    overrides: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def label(self) -> str:
+        extra = ", ".join(f"{k}={v:g}" for k, v in self.overrides)
+        return f"{self.strategy}[{extra}]" if extra else self.strategy
+
+
+def default_entries() -> list[Entry]:
+    """Every row-choosing strategy at its defaults, in the modes it runs in."""
+    entries = [Entry(s, m) for m in MODES for s in BOTH]
+    entries += [Entry(s, "plain") for s in PLAIN_ONLY]
+    entries += [Entry(s, "ctl") for s in CTL_ONLY]
+    return entries
+
+
+def tuning_entries() -> list[Entry]:
+    """The candidates of the rule (module docstring): every beta for the six, every (beta, k) for MoMA, every
+    beta_scale for GP-UCB and GP-BUCB."""
+    out: list[Entry] = []
+    for beta in BETA_GRID:
+        for s in HEAVY_TAILED:
+            mode = "ctl" if s.startswith("ldp-") else "plain"
+            if "moma" in s:
+                out += [Entry(s, mode, (("beta_multiplier", beta), ("k", float(k)))) for k in K_GRID]
+            else:
+                out.append(Entry(s, mode, (("beta_multiplier", beta),)))
+    for scale in GP_BETA_GRID:
+        out += [Entry(s, m, (("beta_scale", scale),)) for s in ("gp-ucb", "gp-bucb") for m in MODES]
+    return out
+
+
+def study_params(entry: Entry, problem: Problem) -> dict[str, Any]:
+    """What a study gives: nothing for defaults, the heavy-tailed bounds, the LDP grant's values."""
+    raw: dict[str, Any] = {}
+    if entry.strategy in PLAIN_ONLY:
+        raw = {"B": problem.B, "v": problem.B**2 + problem.noise_second_moment}
+        if "moma" in entry.strategy:
+            raw["c"] = problem.noise_second_moment
+    elif entry.strategy in CTL_ONLY:  # the grant's values (the modeler fills them from the grant)
+        raw = {"epsilon": EPSILON_OUTPUT, "B": problem.B, "R": problem.R}
+    for key, value in entry.overrides:
+        raw[key] = int(value) if key == "k" else value
+    return raw
+
+
+def one_job(args: tuple[int, int, str, Sequence[Entry], int]) -> dict[Entry, float]:
+    """Every entry on one run's problem: the regret ratio of each (paired: one release, f, noise)."""
+    seed, run, name, entries, T = args
+    problem = make_problem(name, seed, run, T)
+    random_play = random_ratio_denominator(problem)
+    round_seed = int(np.random.default_rng([seed, run, 11]).integers(2**62))
+    out: dict[Entry, float] = {}
+    for entry in entries:
+        case = Case(name, entry.strategy, EPSILON_OUTPUT if entry.mode == "ctl" else None)
+        result = study(
+            problem,
+            case,
+            state_seed=(seed, run, 5),
+            round_seed=round_seed,
+            raw_params=study_params(entry, problem),
+        )
+        out[entry] = float(result.regret[-1] / T / random_play)
+    return out
+
+
+def run_benchmark(
+    runs: int,
+    *,
+    T: int = T_DEFAULT,
+    problems: Sequence[str] = PROBLEMS,
+    entries: Sequence[Entry] | None = None,
+    seed: int = 0,
+    workers: int = 2,
+    progress: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Mean and standard error over ``runs`` of every entry's regret ratio on every problem."""
+    todo = list(entries) if entries is not None else default_entries()
+    jobs = [(seed, run, p, todo, T_OF_PROBLEM.get(p, T)) for run in range(runs) for p in problems]
+    ratios: dict[tuple[str, Entry], list[float]] = {}
+    for (_, _, name, _, _), res in zip(jobs, map_runs(one_job, jobs, workers), strict=True):
+        for entry, ratio in res.items():
+            ratios.setdefault((name, entry), []).append(ratio)
+        if progress:
+            progress()
+    results = []
+    for (name, entry), values in ratios.items():
+        v = np.asarray(values)
+        results.append(
+            {
+                "problem": name,
+                "strategy": entry.strategy,
+                "label": entry.label,
+                "mode": entry.mode,
+                "overrides": dict(entry.overrides),
+                "runs": int(v.size),
+                "ratio_mean": float(v.mean()),
+                "ratio_se": float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0,
+                "ratios": v.tolist(),
+            }
+        )
+    return {
+        "config": {
+            "runs": runs,
+            "seed": seed,
+            "T": {p: T_OF_PROBLEM.get(p, T) for p in problems},
+            "problems": list(problems),
+            "epsilon_input": EPSILON_INPUT,
+            "delta_input": DELTA_INPUT,
+            "epsilon_output": EPSILON_OUTPUT,
+            "declared": {p: {"B": DECLARED[p].B, "R": DECLARED[p].R} for p in problems},
+        },
+        "results": results,
+    }
+
+
+# -------------------------------------------------------------------------------------------------- rule
+
+
+def _worst(results: Sequence[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> float:
+    return max(float(r["ratio_mean"]) for r in results if keep(r))
+
+
+def choose(candidates: Sequence[float], worst: Callable[[float], float]) -> tuple[float, dict[float, float]]:
+    """The rule: the smallest worst case, preferring the candidate listed first (closer to the theorem)
+    within ``TIE`` of it. ``candidates`` are in order of preference (the theorem's first)."""
+    table = {c: worst(c) for c in candidates}
+    best = min(table.values())
+    return next(c for c in candidates if table[c] <= best + TIE), table
+
+
+def apply_rule(report: dict[str, Any]) -> dict[str, Any]:
+    """The defaults the rule picks from a tuning report (``tuning_entries``)."""
+    results = report["results"]
+
+    def at(r: dict[str, Any], strategy_kind: str, beta: float, k: float | None = None) -> bool:
+        o = r["overrides"]
+        if r["strategy"] not in HEAVY_TAILED or o.get("beta_multiplier") != beta:
+            return False
+        moma = "moma" in r["strategy"]
+        return (not moma) if strategy_kind == "other" else (moma and (k is None or o.get("k") == k))
+
+    def six(beta: float) -> float:
+        # MoMA counts with its best k at this beta (k is chosen next, given beta)
+        others = _worst(results, lambda r: at(r, "other", beta))
+
+        def moma_at(k: float) -> float:
+            return _worst(results, lambda r: at(r, "moma", beta, k))
+
+        return max(others, min(moma_at(float(k)) for k in K_GRID))
+
+    beta, beta_table = choose(BETA_GRID, six)
+
+    def moma_k(k: float) -> float:
+        return _worst(results, lambda r: at(r, "moma", beta, k))
+
+    k, k_table = choose([float(k) for k in K_GRID], moma_k)
+
+    def gp(scale: float) -> float:
+        return _worst(
+            results,
+            lambda r: r["strategy"] in ("gp-ucb", "gp-bucb") and r["overrides"].get("beta_scale") == scale,
+        )
+
+    gp_scale, gp_table = choose(GP_BETA_GRID, gp)
+    return {
+        "beta_multiplier": beta,
+        "beta_worst_case": beta_table,
+        "moma_k": int(k),
+        "moma_k_worst_case": {int(c): w for c, w in k_table.items()},
+        "gp_beta_scale": gp_scale,
+        "gp_beta_scale_worst_case": gp_table,
+    }
+
+
+# -------------------------------------------------------------------------------------------- dp-gibo
+
+
+GIBO_FEATURES, GIBO_MU, GIBO_STEPS, GIBO_CLIP, GIBO_DELTA, GIBO_BOX = 9, 2.0, 30, 1.0, 1e-5, 5.0
+
+
+@cache
+def _cancer() -> tuple[np.ndarray, np.ndarray]:
+    """Breast-cancer rows in declared units (the first 9 features centred, over their standard deviations),
+    with the intercept's column of ones first, and the 0/1 outcome."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    X = data.data[:, :GIBO_FEATURES]
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    return X, data.target.astype(np.float64)
+
+
+def _logistic_loss(theta: np.ndarray) -> float:
+    from shared.bo.gibo.losses import logistic_regression
+
+    X, y = _cancer()
+    Z = np.hstack([np.ones((X.shape[0], 1)), X])
+    return float(logistic_regression(np.asarray(theta)[None, :], Z, y).mean())
+
+
+@cache
+def gibo_optimum() -> float:
+    """The smallest training loss in the box (L-BFGS-B from the box's centre, analytic gradient)."""
+    from scipy.optimize import minimize
+
+    X, y = _cancer()
+    Z = np.hstack([np.ones((X.shape[0], 1)), X])
+
+    def fun(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        z = Z @ theta
+        p = 1.0 / (1.0 + np.exp(-z))
+        return float(np.mean(np.logaddexp(0.0, z) - y * z)), Z.T @ (p - y) / y.size
+
+    dim = GIBO_FEATURES + 1
+    res = minimize(fun, np.zeros(dim), jac=True, method="L-BFGS-B", bounds=[(-GIBO_BOX, GIBO_BOX)] * dim)
+    return float(res.fun)
+
+
+def gibo_run(args: tuple[int, int]) -> dict[str, float]:
+    """One dp-gibo study at its defaults against an in-process oracle; the gap it closes."""
+    from shared.bo.gibo.oracle import builtin_loss_matrix, kernel_from_spec, oracle_gradient
+    from shared.bo.strategies import GradientAnswer, GradientDomain, get_strategy, parse_params, round_rng
+
+    seed, run = args
+    X, y = _cancer()
+    dim = GIBO_FEATURES + 1
+    bounds = tuple((-GIBO_BOX, GIBO_BOX) for _ in range(dim))
+    domain = GradientDomain(dimension=dim, bounds=bounds, steps=GIBO_STEPS)
+    cls = get_strategy("dp-gibo")
+    params = parse_params("dp-gibo", {})
+    state = cls.initial_state(
+        params, n=X.shape[0], budget=GIBO_STEPS, rng=np.random.default_rng([seed, run, 1])
+    )
+    strategy = cls(domain, params, state)
+    loss_matrix = builtin_loss_matrix("logistic-regression", X, y, intercept=True)
+    noise = np.random.default_rng([seed, run, 2])
+    round_seed = int(np.random.default_rng([seed, run, 3]).integers(2**62))
+    design: list[tuple[float, ...]] = []
+    start = _logistic_loss(np.asarray(strategy.point()))
+    for t in range(GIBO_STEPS):
+        (request,) = strategy.plan(budget=GIBO_STEPS - t, rng=round_rng(round_seed, t))
+        design += list(request.points)
+        gradient = oracle_gradient(
+            loss_matrix,
+            n=X.shape[0],
+            row_width=dim,
+            theta=request.theta,
+            design=design,
+            bounds=bounds,
+            kernel=kernel_from_spec(request.kernel),
+            clip=GIBO_CLIP,
+            steps=GIBO_STEPS,
+            mu=GIBO_MU,
+            rng=noise,
+            noise_var=request.noise_var,
+            jitter=request.jitter,
+        )
+        strategy.observe([GradientAnswer(request, tuple(float(g) for g in gradient), step=t + 1)])
+    final = _logistic_loss(np.asarray(strategy.point()))
+    best = gibo_optimum()
+    return {"start": start, "final": final, "optimum": best, "closed": (start - final) / (start - best)}
+
+
+def run_gibo(runs: int, *, seed: int = 0, workers: int = 2) -> dict[str, Any]:
+    out = list(map_runs(gibo_run, [(seed, r) for r in range(runs)], workers))
+    closed = np.array([o["closed"] for o in out])
+    return {
+        "runs": runs,
+        "mu": GIBO_MU,
+        "steps": GIBO_STEPS,
+        "clip": GIBO_CLIP,
+        "delta": GIBO_DELTA,
+        "start": out[0]["start"],
+        "optimum": out[0]["optimum"],
+        "final_mean": float(np.mean([o["final"] for o in out])),
+        "closed_mean": float(closed.mean()),
+        "closed_se": float(closed.std(ddof=1) / math.sqrt(runs)) if runs > 1 else 0.0,
+        "closed": closed.tolist(),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+HEADER = ["problem", "output privacy", "strategy", "regret / random", "runs"]
+
+
+def summary_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for r in sorted(report["results"], key=lambda r: (PROBLEMS.index(r["problem"]), r["mode"], r["label"])):
+        mode = f"CTL, eps {report['config']['epsilon_output']:g}" if r["mode"] == "ctl" else "-"
+        rows.append(
+            [r["problem"], mode, r["label"], f"{r['ratio_mean']:.2f} ± {r['ratio_se']:.2f}", str(r["runs"])]
+        )
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    text = markdown_table(
+        "Regret of the rows played over random play's, at the defaults", HEADER, summary_rows(report)
+    )
+    if "rule" in report:
+        text += "\n" + "\n".join(f"- {k}: {v}" for k, v in report["rule"].items()) + "\n"
+    if "gibo" in report:
+        g = report["gibo"]
+        text += (
+            f"\ndp-gibo (breast cancer, 10 parameters, mu {g['mu']:g}, {g['steps']} steps): closes "
+            f"{g['closed_mean']:.2f} ± {g['closed_se']:.2f} of the gap (loss {g['start']:.4f} -> "
+            f"{g['final_mean']:.4f}, optimum {g['optimum']:.4f}; {g['runs']} runs)\n"
+        )
+    return text
+
+
+def main(
+    *,
+    runs: int,
+    T: int,
+    problems: Sequence[str],
+    seed: int,
+    workers: int,
+    tune: bool,
+    gibo: bool,
+    json_path: Path | None,
+) -> dict[str, Any]:
+    from rich.console import Console
+
+    from shared.bench.synthetic import _progress
+
+    console = Console()
+    entries = tuning_entries() if tune else default_entries()
+    run_seed = seed + TUNING_SEED_OFFSET if tune else seed
+    what = "tuning candidates" if tune else "defaults"
+    with _progress(
+        console, f"strategies at their {what} ({len(problems)} problems x {runs})", runs * len(problems)
+    ) as advance:
+        report = run_benchmark(
+            runs, T=T, problems=problems, entries=entries, seed=run_seed, workers=workers, progress=advance
+        )
+    report["config"]["tuning"] = tune
+    if tune:
+        report["rule"] = apply_rule(report)
+    if gibo:
+        report["gibo"] = run_gibo(runs, seed=run_seed, workers=workers)
+    console.print(
+        rich_table(
+            "regret of the rows played / random play's",
+            HEADER,
+            summary_rows(report),
+            left={"problem", "output privacy", "strategy"},
+        )
+    )
+    if "rule" in report:
+        for key, value in report["rule"].items():
+            console.print(f"{key}: {value}")
+    if "gibo" in report:
+        g = report["gibo"]
+        console.print(
+            f"dp-gibo closes {g['closed_mean']:.2f} ± {g['closed_se']:.2f} of its gap ({g['runs']} runs)"
+        )
+    if json_path:
+        write_report(report, json_path, markdown(report))
+    return report
