@@ -2,8 +2,8 @@
 FROM python:3.11-slim
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg \
     PATH=/opt/pobo/bin:$PATH
-# A fixed uid/gid (10001), so the host files compose bind-mounts as secrets (README, "Pilot deployment with
-# docker compose") can be given to exactly this user: chown 10001:10001, mode 0600.
+# A fixed uid/gid (10001), so the host files compose bind-mounts as secrets (docs/deployment.md,
+# "docker compose") can be given to exactly this user: chown 10001:10001, mode 0600.
 RUN groupadd --system --gid 10001 pobo \
     && useradd --system --uid 10001 --gid pobo --home-dir /data --create-home pobo
 # The data directories compose mounts its named volumes on. A named volume mounted on an existing image

@@ -213,7 +213,7 @@ def run_benchmark(
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The README's per-strategy table."""
+    """The per-strategy table of docs/benchmarks.md."""
     q, tail = report["queries"], report["tail"]
     lines = [
         f"| strategy (n = {report['n']:,}) | ms per query, last {tail} of {q} | mean | cost |",
