@@ -34,14 +34,14 @@ from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
 from modeler_service import round_sql, rounds, service
-from modeler_service.context import Context, upstream
+from modeler_service.context import Context, NotClaimed, upstream
 from modeler_service.db import driver_transaction, transaction
 from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
 from modeler_service.models import Study, utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
 from modeler_service.round_sql import RoundWriter
 from modeler_service.rounds import CuratorAnswer, PlannedRequest, RoundIntent, is_complete
-from modeler_service.schemas import StepResult, StepTimings
+from modeler_service.schemas import RunAccepted, StepResult, StepTimings
 from shared.errors import PoboError
 from shared.protocol.client import CuratorClient, CuratorError
 from shared.protocol.schemas import QueryPublic
@@ -413,3 +413,35 @@ class RunnerRegistry:
         deadline = time.monotonic() + timeout
         for _, (thread, _) in entries:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def start_run(ctx: Context, runners: RunnerRegistry, study_id: str, iterations: int | None) -> RunAccepted:
+    """Claim the study for a background run (``prepare_run``, its own transaction) and start its runner
+    thread; if the runner cannot start, the study goes back to ``ready``. (``POST .../run``, the console.)"""
+    with transaction(ctx.db) as session:
+        accepted = service.prepare_run(session, study_id, iterations)
+    try:
+        runners.start(study_id)
+    except ModelerError:
+        with transaction(ctx.db) as session:
+            service.release_after_failed_step(session, study_id)
+        raise
+    return accepted
+
+
+def step_now(ctx: Context, stepper: Stepper, runners: RunnerRegistry, study_id: str) -> StepResult:
+    """One round now (claimed for this round; 409 when a runner owns the study or it is done). A round
+    left pending on a manual measurement continues in a background runner. (``POST .../step``, the console.)
+    """
+    try:
+        result = stepper.step(study_id, wait=False, claim=True, settle_at=0)
+    except NotClaimed:
+        raise  # someone else owns the study (or it is done): leave its status alone
+    except BaseException:
+        with transaction(ctx.db) as session:
+            service.release_after_failed_step(session, study_id)
+        raise
+    assert result is not None
+    if result.status == "pending":
+        runners.start(study_id)  # waits for the measurement in the background
+    return result

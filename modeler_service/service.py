@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -25,8 +25,7 @@ from modeler_service.context import (  # noqa: F401 - re-exported for the routes
     default_client_factory,
     upstream,
 )
-from modeler_service.db import transaction
-from modeler_service.exceptions import Conflict, ModelerError, NotFound, Unprocessable, UpstreamError
+from modeler_service.exceptions import Conflict, NotFound, Unprocessable, UpstreamError
 from modeler_service.grants import fit_to_grant, grant_problem, needs_grant
 from modeler_service.models import Study
 from modeler_service.rounds import RoundIntent
@@ -37,7 +36,6 @@ from modeler_service.schemas import (
     PendingRound,
     ReleaseInfo,
     RunAccepted,
-    StepResult,
     StrategiesPublic,
     StrategyInfo,
     StudiesPublic,
@@ -56,9 +54,6 @@ from shared.errors import InputDataError
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.client import CuratorError, ReleaseIntegrityError
 from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
-
-if TYPE_CHECKING:  # the runner imports this module
-    from modeler_service.runner import RunnerRegistry, Stepper
 
 log = logging.getLogger("pobo.modeler")
 
@@ -330,38 +325,6 @@ def prepare_run(session: Session, study_id: str, iterations: int | None) -> RunA
     return RunAccepted(
         id=study_id, status="running", iterations_done=study.iterations_done, run_target=target
     )
-
-
-def start_run(ctx: Context, runners: RunnerRegistry, study_id: str, iterations: int | None) -> RunAccepted:
-    """Claim the study for a background run (``prepare_run``, its own transaction) and start its runner
-    thread; if the runner cannot start, the study goes back to ``ready``. (``POST .../run``, the console.)"""
-    with transaction(ctx.db) as session:
-        accepted = prepare_run(session, study_id, iterations)
-    try:
-        runners.start(study_id)
-    except ModelerError:
-        with transaction(ctx.db) as session:
-            release_after_failed_step(session, study_id)
-        raise
-    return accepted
-
-
-def step_now(ctx: Context, stepper: Stepper, runners: RunnerRegistry, study_id: str) -> StepResult:
-    """One round now (claimed for this round; 409 when a runner owns the study or it is done). A round
-    left pending on a manual measurement continues in a background runner. (``POST .../step``, the console.)
-    """
-    try:
-        result = stepper.step(study_id, wait=False, claim=True, settle_at=0)
-    except NotClaimed:
-        raise  # someone else owns the study (or it is done): leave its status alone
-    except BaseException:
-        with transaction(ctx.db) as session:
-            release_after_failed_step(session, study_id)
-        raise
-    assert result is not None
-    if result.status == "pending":
-        runners.start(study_id)  # waits for the measurement in the background
-    return result
 
 
 def stop_run(session: Session, study_id: str) -> Study:

@@ -18,7 +18,7 @@ import anyio.to_thread
 from starlette.responses import Response
 from starlette.types import Send
 
-from modeler_service import service
+from modeler_service import runner
 from modeler_service.api.deps import Components
 from shared.servicekit.lanes import Lane, LaneRequest, bearer_token
 from shared.servicekit.write_gate import WriteGate
@@ -30,8 +30,8 @@ STEP_PATH = re.compile(r"/v1/studies/([^/]+)/step")
 
 
 def step_json(components: Components, study_id: str) -> bytes:
-    """One round of the study now (``service.step_now``), as the JSON of its ``StepResult``."""
-    result = service.step_now(components.ctx, components.stepper, components.runners, study_id)
+    """One round of the study now (``runner.step_now``), as the JSON of its ``StepResult``."""
+    result = runner.step_now(components.ctx, components.stepper, components.runners, study_id)
     return result.model_dump_json(by_alias=True).encode("utf-8")
 
 

@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
-from modeler_service import results, service
+from modeler_service import results, runner, service
 from modeler_service.api.deps import Components
 from modeler_service.console.forms import (
     FieldSpec,
@@ -354,13 +354,13 @@ def register(console: Console) -> None:
             if iterations < 1:
                 raise ConsoleRefusal(422, "iterations: run at least 1 iteration (or leave it empty for all)")
         components = _components(request)
-        service.start_run(components.ctx, components.runners, study_id, iterations)
+        runner.start_run(components.ctx, components.runners, study_id, iterations)
         return RedirectResponse(f"/console/studies/{study_id}?notice=run", status_code=303)
 
     @router.post("/studies/{study_id}/step")
     def step(request: Request, study_id: str, form: FormPost) -> Response:
         components = _components(request)
-        service.step_now(components.ctx, components.stepper, components.runners, study_id)
+        runner.step_now(components.ctx, components.stepper, components.runners, study_id)
         return RedirectResponse(f"/console/studies/{study_id}?notice=step", status_code=303)
 
     @router.post("/studies/{study_id}/stop")

@@ -41,27 +41,29 @@ def bench_synthetic(
 ) -> None:
     """The paper's synthetic GP experiment (Fig. 2a, Tables 1-3) in `transfer` and `mle` modes; with
     --strategies, the modeler's registry strategies compared on the same functions."""
-    from shared.bench.synthetic import main as run
+    if strategies is None:
+        from shared.bench.synthetic import main as run
 
-    names = None
-    if strategies is not None:
-        from shared.bo.strategies import REGISTRY
+        run(runs=runs, json_path=json_path, plot_path=plot, quick=quick, seed=seed, workers=workers)
+        return
+    from shared.bench.strategies import main as compare
+    from shared.bo.strategies import REGISTRY
 
-        names = [s.strip() for s in strategies.split(",") if s.strip()]
-        unknown = [s for s in names if s not in REGISTRY]
-        if unknown or not names:
-            raise typer.BadParameter(
-                f"unknown strategy {unknown}: the registry has {', '.join(sorted(REGISTRY))}",
-                param_hint="--strategies",
-            )
-    run(
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    unknown = [s for s in names if s not in REGISTRY]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"unknown strategy {unknown}: the registry has {', '.join(sorted(REGISTRY))}",
+            param_hint="--strategies",
+        )
+    compare(
         runs=runs,
+        strategies=names,
         json_path=json_path,
         plot_path=plot,
         quick=quick,
         seed=seed,
         workers=workers,
-        strategies=names,
         batch_size=batch_size,
         queries=queries,
     )

@@ -25,6 +25,8 @@ from shared.bench.synthetic import (
     NOISE_VARIANCE,
     T,
     _grid_factor,
+    _progress,
+    _write,
     grid_inputs,
     sample_f,
     save_figure,
@@ -320,3 +322,39 @@ def plot_strategies(report: dict[str, Any], path: Path) -> None:
         axes[0].set_ylabel("simple regret (units of sigma_y)")
         axes[1].legend(fontsize=8)
     save_figure(fig, path)
+
+
+def main(
+    *,
+    runs: int,
+    strategies: Sequence[str],
+    json_path: Path | None,
+    plot_path: Path | None,
+    quick: bool,
+    seed: int,
+    workers: int,
+    batch_size: int = 5,
+    queries: int = T,
+) -> dict[str, Any]:
+    """``pobo bench synthetic --strategies``: the registry strategies compared on the paper's functions."""
+    from rich.console import Console
+
+    if quick:
+        runs = min(runs, 2)
+    console = Console()
+    with _progress(console, "strategies", runs) as advance:
+        report = run_strategy_benchmark(
+            runs,
+            strategies=strategies,
+            batch_size=batch_size,
+            queries=queries,
+            quick=quick,
+            seed=seed,
+            workers=workers,
+            progress=advance,
+        )
+    console.print(strategy_table(report))
+    _write(report, strategy_markdown(report), json_path)
+    if plot_path:
+        plot_strategies(report, plot_path)
+    return report

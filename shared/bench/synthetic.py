@@ -364,41 +364,14 @@ def main(
     quick: bool,
     seed: int,
     workers: int,
-    strategies: Sequence[str] | None = None,
-    batch_size: int = 5,
-    queries: int = T,
 ) -> dict[str, Any]:
-    """The paper's experiment; with ``strategies``, the registry strategy comparison instead."""
+    """The paper's experiment (``pobo bench synthetic``; ``--strategies``: ``shared.bench.strategies``)."""
     from rich.console import Console
     from rich.markdown import Markdown
 
     if quick:
         runs = min(runs, 2)
     console = Console()
-    if strategies:
-        from shared.bench.strategies import (
-            plot_strategies,
-            run_strategy_benchmark,
-            strategy_markdown,
-            strategy_table,
-        )
-
-        with _progress(console, "strategies", runs) as advance:
-            report = run_strategy_benchmark(
-                runs,
-                strategies=strategies,
-                batch_size=batch_size,
-                queries=queries,
-                quick=quick,
-                seed=seed,
-                workers=workers,
-                progress=advance,
-            )
-        console.print(strategy_table(report))
-        _write(report, strategy_markdown(report), json_path)
-        if plot_path:
-            plot_strategies(report, plot_path)
-        return report
     n_settings = len(settings(quick))
     with _progress(console, "synthetic GP", runs) as advance:
         report = run_benchmark(runs, quick=quick, seed=seed, workers=workers, progress=advance)

@@ -9,13 +9,10 @@ into a bound on GP-UCB's acquisition.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from shared.bo.gp import Hyperparameters
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -25,12 +22,19 @@ __all__ = ["F32_UNIT", "Float32Bounds"]
 F32_UNIT = 2.0**-24
 
 
+class SignalVariance(Protocol):
+    """What the bounds read of the GP's hyper-parameters (``shared.bo.gp.Hyperparameters`` has it)."""
+
+    @property
+    def signal_variance(self) -> float: ...
+
+
 class Float32Bounds:
     """The bounds, from the GP's state: its hyper-parameters, t, the weights ``w = L^{-1} y`` and
     ``u = L^{-1} 1``, and ``_err``, a bound per stored row of the factor on its distance to the float64
     row."""
 
-    hp: Hyperparameters
+    hp: SignalVariance
     factor_dtype: str
     t: int
     _w: FloatArray

@@ -122,6 +122,8 @@ class GaussianProcess(Float32Bounds):
     y, kept exact under updates through ``q = A^T L^{-1} 1``: mean = m + A^T L^{-1} y - m q).
     """
 
+    hp: Hyperparameters
+
     def __init__(
         self,
         Z: npt.ArrayLike,

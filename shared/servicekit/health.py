@@ -10,8 +10,8 @@ from collections.abc import Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from shared.protocol.schemas import Health
 from shared.servicekit.db import Database
+from shared.servicekit.health_schema import Health
 
 __all__ = ["health_router"]
 

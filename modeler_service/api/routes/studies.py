@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from modeler_service import results, service
+from modeler_service import results, runner, service
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
 from modeler_service.api.lanes import step_json
 from modeler_service.schemas import (
@@ -94,7 +94,7 @@ def run(
 
     Progress is in ``GET /v1/studies/{id}``. A second ``run`` while one is running is a 409.
     """
-    return service.start_run(components.ctx, components.runners, study_id, body.iterations if body else None)
+    return runner.start_run(components.ctx, components.runners, study_id, body.iterations if body else None)
 
 
 @router.post(

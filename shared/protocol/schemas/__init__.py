@@ -17,7 +17,6 @@ from shared.protocol.schemas.access import (
     AccessLogEntry,
     AccessLogPublic,
     GrantCreate,
-    Health,
     OutputPrivacy,
     OutputPrivacyPublic,
     PartnerCreate,
@@ -80,6 +79,7 @@ from shared.protocol.schemas.releases import (
     ReleaseRows,
     ReleasesPublic,
 )
+from shared.servicekit.health_schema import Health
 
 __all__ = [
     "AccessLogEntry",

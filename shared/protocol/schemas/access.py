@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -209,11 +208,6 @@ class QueryResult(Request):
 
 
 # ----------------------------------------------------------------------------------------- operations
-
-
-class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
-    database: Literal["ok", "unreachable"]
 
 
 class AccessLogEntry(BaseModel):
