@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,6 +19,8 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from shared.processes import ServiceProcess, curator_env, free_port
 
 
 def write_csv(path: Path, rows: int, cols: int, *, seed: int = 0, fmt: str = "%.10g") -> None:
@@ -36,12 +35,6 @@ def write_csv(path: Path, rows: int, cols: int, *, seed: int = 0, fmt: str = "%.
             np.savetxt(fh, np.column_stack([X, y]), delimiter=",", fmt=fmt)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(
     rows: int, cols: int, r: int, csv: Path | None = None, database_url: str | None = None
 ) -> dict[str, Any]:
@@ -54,31 +47,18 @@ def run(
             f"wrote {csv} ({csv.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s",
             file=sys.stderr,
         )
-    port = _free_port()
     token = "bench-admin-token-" + os.urandom(16).hex()
-    env = dict(os.environ) | {
-        "POBO_CURATOR_DATA_DIR": str(work / "data"),
-        "POBO_CURATOR_ADMIN_TOKEN": token,
-    }
-    if database_url:
-        env["POBO_CURATOR_DATABASE_URL"] = database_url
-    log = open(work / "server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "shared.cli", "curator", "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    server = ServiceProcess(
+        "curator",
+        port=free_port(),
+        env=curator_env(work / "data", token, database_url),
+        log_path=work / "server.log",
     )
-    base = f"http://127.0.0.1:{port}"
+    base = server.url
     headers = {"Authorization": f"Bearer {token}"}
     result: dict[str, Any] = {"rows": rows, "cols": cols, "r": r, "csv_bytes": csv.stat().st_size}
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    with server:
+        server.wait_healthy(timeout=60)
         with httpx.Client(base_url=base, headers=headers, timeout=3600) as client:
             t0 = time.perf_counter()
             with open(csv, "rb") as fh:
@@ -131,13 +111,6 @@ def run(
             npy.raise_for_status()
             result["download_npy_seconds"] = round(time.perf_counter() - t0, 2)
             result["download_npy_bytes"] = len(npy.content)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
     return result
 
 

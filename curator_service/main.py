@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -50,6 +49,7 @@ from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
 from shared.servicekit.serving import configure_logging, reset_throttle
+from shared.servicekit.tokens import hash_token
 from shared.servicekit.write_gate import WriteGate, admission
 
 logger = logging.getLogger("curator_service")
@@ -283,7 +283,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         settings=settings,
         db=db,
         store=store,
-        admin_token_hash=hashlib.sha256(admin_token.get_secret_value().encode("utf-8")).hexdigest(),
+        admin_token_hash=hash_token(admin_token.get_secret_value()),
     )
 
     @asynccontextmanager

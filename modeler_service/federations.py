@@ -77,6 +77,7 @@ from shared.federated.privacy import (
 from shared.federated.regions import round_robin, split_box
 from shared.federated.rff import draw_rff
 from shared.privacy.rng import os_entropy_rng
+from shared.servicekit.tokens import hash_token
 
 log = logging.getLogger("pobo.modeler.federations")
 
@@ -93,10 +94,6 @@ class Principal:
 
 
 MODELER = Principal("modeler")
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def authenticate(session: Session, modeler_token: str, token: str) -> Principal | None:

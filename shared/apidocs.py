@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import difflib
 import json
-import os
 import re
 import sys
 import tempfile
@@ -22,6 +21,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from pydantic import SecretStr
+
+from shared.files import write_text_atomic
 
 JSON = dict[str, Any]
 
@@ -434,9 +435,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     text = generate()
     if args.write:
-        tmp = DOC_PATH.with_name(DOC_PATH.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, DOC_PATH)
+        write_text_atomic(DOC_PATH, text)
         return
     if not args.check:
         sys.stdout.write(text)

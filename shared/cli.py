@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from shared.bench.cli import bench_app
+from shared.files import write_json_atomic
 
 app = typer.Typer(
     help="pobo: privacy-preserving outsourced Bayesian optimization (PO-GP-UCB).",
@@ -94,8 +95,6 @@ def audit_privacy(
     and noise added in floating point. Exit status 1 when a mechanism that claims a guarantee exceeds its
     claim, or when a control is not caught.
     """
-    import json
-    import os
 
     from rich.console import Console
     from rich.table import Table
@@ -163,9 +162,7 @@ def audit_privacy(
             "(it grows as ln(trials)); the mechanism tells the two datasets apart with certainty."
         )
     if json_path:
-        tmp = json_path.with_name(json_path.name + ".tmp")
-        tmp.write_text(json.dumps([r.row() for r in results], indent=1))
-        os.replace(tmp, json_path)
+        write_json_atomic(json_path, [r.row() for r in results])
     failed = [r for r in results if r.failed]
     for res in failed:
         what = f"control {res.control!r} of {res.mechanism}" if res.control else res.mechanism

@@ -25,9 +25,10 @@ from curator_service import faults
 from curator_service.db import Database
 from curator_service.models import utcnow
 from curator_service.services.access_log import PendingEntry
-from curator_service.services.auth import Principal, hash_token
+from curator_service.services.auth import Principal
 from curator_service.storage import ArrayStore
 from shared.privacy.rng import os_entropy_rng
+from shared.servicekit.tokens import hash_token
 
 __all__ = ["AnsweredQuery", "answer_at_once", "column_outcome"]
 

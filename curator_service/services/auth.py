@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from curator_service import repository as repo
 from curator_service.db import Database
+from shared.servicekit.tokens import hash_token
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,6 @@ class Principal:
     @property
     def actor(self) -> str:
         return "admin" if self.is_admin else f"partner:{self.partner_id}"
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def authenticate(db: Database, admin_token_hash: str, token: str) -> Principal | None:

@@ -11,9 +11,9 @@ from curator_service import gradient_repository as grepo
 from curator_service import repository as repo
 from curator_service.exceptions import Conflict, InvalidInput, NotFound
 from curator_service.models import Partner, utcnow
-from curator_service.services.auth import hash_token
 from curator_service.services.outputs import OutputPolicy
 from shared.protocol.schemas import OutputPrivacy
+from shared.servicekit.tokens import hash_token
 
 
 def new_token() -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import numpy as np
 from shared.bench.gp_loop import bench_floor, bench_large
 from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB, gp_ucb_beta
+from shared.files import write_json_atomic
 from shared.privacy.gaussian import gaussian_release
 from shared.privacy.po_gp_ucb import omega, release_projection
 from shared.privacy.rng import seeded_rng
@@ -371,9 +371,7 @@ def main(
         "seed": seed,
     }
     if json_path:
-        tmpf = json_path.with_name(json_path.name + ".tmp")
-        tmpf.write_text(json.dumps(report, indent=1))
-        os.replace(tmpf, json_path)
+        write_json_atomic(json_path, report)
     return report
 
 

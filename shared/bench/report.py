@@ -3,11 +3,11 @@ copy, and the JSON report written atomically (temp name, then rename) beside it.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
+
+from shared.files import write_json_atomic, write_text_atomic
 
 __all__ = ["markdown_table", "rich_table", "write_report"]
 
@@ -35,7 +35,5 @@ def markdown_table(title: str, header: Sequence[str], rows: Sequence[Sequence[st
 
 def write_report(report: dict[str, Any], json_path: Path, markdown: str) -> None:
     """``report`` as JSON at ``json_path`` (atomically) and ``markdown`` beside it (``.md``)."""
-    tmp = json_path.with_name(json_path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1))
-    os.replace(tmp, json_path)
-    json_path.with_suffix(".md").write_text(markdown)
+    write_json_atomic(json_path, report)
+    write_text_atomic(json_path.with_suffix(".md"), markdown)

@@ -24,7 +24,6 @@ the GP strategies' cost grows with t), over all queries, and the cost formula.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
+from shared.files import write_json_atomic
 
 N, R = 100_000, 15
 
@@ -259,7 +259,5 @@ def main(
         )
     console.print(Markdown(markdown(report)))
     if json_path:
-        tmp = json_path.with_name(json_path.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, json_path)
+        write_json_atomic(json_path, report)
     return report

@@ -28,7 +28,6 @@ same problem instead (``shared.bench.strategies``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from shared.bench.pool import map_runs
+from shared.bench.report import write_report
 from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB
 from shared.privacy.gaussian import calibrate, gaussian_release
@@ -408,7 +408,4 @@ def save_figure(fig: Any, path: Path) -> None:
 
 def _write(report: dict[str, Any], md: str, json_path: Path | None) -> None:
     if json_path:
-        tmp = json_path.with_name(json_path.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, json_path)
-        json_path.with_suffix(".md").write_text(md)
+        write_report(report, json_path, md)

@@ -191,7 +191,7 @@ class Agent:
         retrying = Retrying(
             retry=retry_if_exception(transient),
             stop=stop_after_delay(self.retry_seconds),
-            wait=wait_exponential_jitter(initial=0.2, max=2.0, jitter=0.2),
+            wait=wait_exponential_jitter(multiplier=0.2, max=2.0, jitter=0.2),
             reraise=True,
         )
         for attempt in retrying:
