@@ -1,8 +1,10 @@
-"""Every database query of the curator service (services call these; nothing else builds SQL).
+"""Every database query of the curator service but those of output privacy (``output_repository.py``) and
+the answers' hot path (``answer_repository.py``): services call these; nothing else builds SQL.
 
 The statements of the query hot path (authentication, the granted release, the idempotency lookup, the
-quota charge, the output charge, the access log) are built once, with bind parameters, at import: SQLAlchemy
-then neither rebuilds them nor recomputes their cache keys per request (half their Python cost).
+quota charge, the access log; the output charge in ``output_repository``) are built once, with bind
+parameters, at import: SQLAlchemy then neither rebuilds them nor recomputes their cache keys per request
+(half their Python cost).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Select, Table, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import (
@@ -19,7 +21,6 @@ from curator_service.models import (
     Dataset,
     Grant,
     LedgerEntry,
-    OutputCharge,
     Partner,
     Population,
     Query,
@@ -287,32 +288,6 @@ CHARGE_QUOTA = (
 
 # ----------------------------------------------------------------------------------------------- queries
 
-_INSERT_OUTPUT_CHARGE = insert(OutputCharge.__table__)  # type: ignore[arg-type]
-
-
-def add_output_charge(
-    session: Session,
-    *,
-    population_id: int,
-    dataset_id: int,
-    row_index: int,
-    query_id: int,
-    partner_id: int,
-    epsilon: float | None,
-) -> None:
-    """Charge one answer to its person (a Core insert, sent at once: the query it names is flushed)."""
-    session.connection().execute(
-        _INSERT_OUTPUT_CHARGE,
-        {
-            "population_id": population_id,
-            "dataset_id": dataset_id,
-            "row_index": row_index,
-            "query_id": query_id,
-            "partner_id": partner_id,
-            "epsilon": epsilon,
-        },
-    )
-
 
 def get_query(session: Session, query_id: int) -> Query | None:
     return session.get(Query, query_id)
@@ -360,125 +335,6 @@ def list_queries(session: Session, release_id: int, partner_id: int | None = Non
     if partner_id is not None:
         stmt = stmt.where(Query.partner_id == partner_id)
     return session.scalars(stmt.order_by(Query.id)).all()
-
-
-# ---------------------------------------------------------------------------------------- output ledger
-
-
-def first_output_answer(session: Session, output_key: str, *, exclude_id: int) -> Query | None:
-    """The query that drew the noisy answer named ``output_key`` (the first one, not a cached repeat)."""
-    stmt = (
-        select(Query)
-        .where(Query.output_key == output_key, Query.source_query_id.is_(None), Query.id != exclude_id)
-        .order_by(Query.id)
-        .limit(1)
-        .execution_options(populate_existing=True)
-    )
-    return session.scalars(stmt).first()
-
-
-def pending_repeats(session: Session, source_id: int) -> list[int]:
-    """Cached repeats still waiting for the answer of query ``source_id``."""
-    stmt = select(Query.id).where(Query.source_query_id == source_id, Query.status == "pending")
-    return list(session.scalars(stmt.order_by(Query.id)))
-
-
-def _row_totals(
-    population_id: int, partner_id: int | None = None
-) -> Select[int, int, int, float | None, int]:
-    """Per (dataset, row): answers, the sum of charged epsilons, and how many were raw (epsilon NULL); of
-    one partner's answers only, when ``partner_id`` is given."""
-    stmt = select(
-        OutputCharge.dataset_id.label("dataset_id"),
-        OutputCharge.row_index.label("row_index"),
-        func.count().label("answers"),
-        func.coalesce(func.sum(OutputCharge.epsilon), 0.0).label("epsilon"),
-        (func.count() - func.count(OutputCharge.epsilon)).label("raw"),
-    ).where(OutputCharge.population_id == population_id)
-    if partner_id is not None:
-        stmt = stmt.where(OutputCharge.partner_id == partner_id)
-    return stmt.group_by(OutputCharge.dataset_id, OutputCharge.row_index)
-
-
-def row_output_total(
-    session: Session, dataset_id: int, index: int, partner_id: int | None = None
-) -> tuple[float, bool]:
-    """(sum of charged epsilons, any raw answer) over the answers about row ``index`` of a dataset (of one
-    partner's answers only, when ``partner_id`` is given)."""
-    stmt = select(
-        func.coalesce(func.sum(OutputCharge.epsilon), 0.0),
-        func.count() - func.count(OutputCharge.epsilon),
-    ).where(OutputCharge.dataset_id == dataset_id, OutputCharge.row_index == index)
-    if partner_id is not None:
-        stmt = stmt.where(OutputCharge.partner_id == partner_id)
-    row = session.execute(stmt).one()
-    return float(row[0] or 0.0), int(row[1]) > 0
-
-
-def dataset_output_maxima(
-    session: Session, population_id: int, partner_id: int | None = None
-) -> dict[int, tuple[float, bool]]:
-    """Per dataset of the population: (largest row total, any row answered raw); of one partner's answers
-    only, when ``partner_id`` is given."""
-    rows = _row_totals(population_id, partner_id).subquery()
-    stmt = select(rows.c.dataset_id, func.max(rows.c.epsilon), func.max(rows.c.raw)).group_by(
-        rows.c.dataset_id
-    )
-    return {int(d): (float(m), int(r) > 0) for d, m, r in session.execute(stmt)}
-
-
-def output_rows(
-    session: Session, population_id: int, *, limit: int
-) -> list[tuple[int, int, int, float, bool]]:
-    """(dataset, row, answers, epsilon total, raw) per answered row: raw rows first, then largest totals."""
-    rows = _row_totals(population_id).subquery()
-    stmt = (
-        select(rows.c.dataset_id, rows.c.row_index, rows.c.answers, rows.c.epsilon, rows.c.raw)
-        .order_by((rows.c.raw > 0).desc(), rows.c.epsilon.desc(), rows.c.dataset_id, rows.c.row_index)
-        .limit(limit)
-    )
-    return [(int(d), int(i), int(a), float(e), int(r) > 0) for d, i, a, e, r in session.execute(stmt)]
-
-
-def rows_per_person_by_dataset(session: Session, population_id: int) -> dict[int, int]:
-    stmt = select(Dataset.id, Dataset.rows_per_person).where(Dataset.population_id == population_id)
-    return {int(d): int(k or 1) for d, k in session.execute(stmt)}
-
-
-def output_counts(session: Session, population_id: int) -> dict[str, int]:
-    privatised, raw = session.execute(
-        select(func.count(OutputCharge.epsilon), func.count() - func.count(OutputCharge.epsilon)).where(
-            OutputCharge.population_id == population_id
-        )
-    ).one()
-    cached = session.scalar(
-        select(func.count())
-        .select_from(Query)
-        .join(Release, Release.id == Query.release_id)
-        .join(Dataset, Dataset.id == Release.dataset_id)
-        .where(Dataset.population_id == population_id, Query.source_query_id.is_not(None))
-    )
-    return {"privatised": int(privatised), "raw": int(raw), "cached": int(cached or 0)}
-
-
-def output_epsilons(session: Session, population_id: int) -> list[float]:
-    stmt = (
-        select(OutputCharge.epsilon)
-        .where(OutputCharge.population_id == population_id, OutputCharge.epsilon.is_not(None))
-        .distinct()
-    )
-    return sorted(float(e) for e in session.scalars(stmt) if e is not None)
-
-
-def partners_answering(session: Session, population_id: int) -> Sequence[Partner]:
-    """Partners granted a release of one of the population's datasets."""
-    granted = (
-        select(Grant.partner_id)
-        .join(Release, Release.id == Grant.release_id)
-        .join(Dataset, Dataset.id == Release.dataset_id)
-        .where(Dataset.population_id == population_id)
-    )
-    return session.scalars(select(Partner).where(Partner.id.in_(granted)).order_by(Partner.id)).all()
 
 
 # -------------------------------------------------------------------------------------------- access log

@@ -14,7 +14,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from modeler_service import federations
+from modeler_service import federation_accounting, federations
 from modeler_service.context import Context
 
 log = logging.getLogger("pobo.modeler.federations")
@@ -46,7 +46,7 @@ class RoundCloser:
             key = (float(params["q"]), float(params["z"]), float(params["delta"]), number)
             if key not in self._warmed and not self._stop.is_set():
                 self._warmed.add(key)
-                self._warmer.submit(federations.warm_accounting, params, number)
+                self._warmer.submit(federation_accounting.warm_accounting, params, number)
         return closed
 
     def _loop(self) -> None:

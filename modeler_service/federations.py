@@ -30,7 +30,6 @@ submitted, who was sampled, or how much was clipped.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -38,9 +37,8 @@ import logging
 import math
 import secrets
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -48,6 +46,13 @@ from sqlalchemy.orm import Session
 from modeler_service import federation_repository as repo
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import Conflict, Forbidden, NotFound, Unprocessable
+from modeler_service.federation_access import AGENT_TOKEN_PREFIX, MODELER, Principal, require_modeler
+from modeler_service.federation_accounting import (
+    accounting_params,
+    epsilon_pld,
+    epsilon_rdp,
+    epsilon_replace_one,
+)
 from modeler_service.federation_schemas import (
     MAX_FIRST_ROUND_DELAY,
     AgentCreate,
@@ -69,11 +74,7 @@ from modeler_service.models import (
     utcnow,
 )
 from shared.federated.coordinator import TemperatureSchedule, aggregate_round, poisson_sample
-from shared.federated.privacy import (
-    federated_epsilon,
-    federated_epsilon_replace_one,
-    federation_sampler_margins,
-)
+from shared.federated.privacy import federation_sampler_margins
 from shared.federated.regions import round_robin, split_box
 from shared.federated.rff import draw_rff
 from shared.privacy.rng import os_entropy_rng
@@ -81,75 +82,7 @@ from shared.servicekit.tokens import hash_token
 
 log = logging.getLogger("pobo.modeler.federations")
 
-AGENT_TOKEN_PREFIX = "pobo_a_"  # noqa: S105 - a prefix, not a secret
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who calls: the modeler (its token) or one agent of one federation (an agent token)."""
-
-    kind: Literal["modeler", "agent"]
-    agent_id: str | None = None
-    federation_id: str | None = None
-
-
-MODELER = Principal("modeler")
-
-
-def authenticate(session: Session, modeler_token: str, token: str) -> Principal | None:
-    """The principal of a bearer token, or None (constant-time comparisons of the modeler token, and of
-    sha256 digests: the agent lookup is by digest)."""
-    if hmac.compare_digest(token.encode("utf-8"), modeler_token.encode("utf-8")):
-        return MODELER
-    if not token.startswith(AGENT_TOKEN_PREFIX):
-        return None
-    agent = repo.agent_by_token_hash(session, hash_token(token))
-    if agent is None or not hmac.compare_digest(agent.token_hash, hash_token(token)):
-        return None
-    return Principal("agent", agent_id=agent.id, federation_id=agent.federation_id)
-
-
-# ------------------------------------------------------------------------------------------- accounting
-
-
-@functools.lru_cache(maxsize=4096)
-def epsilon_pld(q: float, z: float, rounds: int, delta: float, entries: int) -> float:
-    """epsilon (zero-out relation, PLD) after ``rounds`` rounds of ``entries`` = P M noisy entries, the
-    Gaussian sampler's margins included; cached (seconds of dp-accounting cold)."""
-    return federated_epsilon(q, z, rounds, delta, accountant="pld", entries=entries)
-
-
-@functools.lru_cache(maxsize=4096)
-def epsilon_rdp(q: float, z: float, rounds: int, delta: float, entries: int) -> float:
-    return federated_epsilon(q, z, rounds, delta, accountant="rdp", entries=entries)
-
-
-@functools.lru_cache(maxsize=4096)
-def epsilon_replace_one(q: float, z: float, rounds: int, delta: float, entries: int) -> float:
-    return federated_epsilon_replace_one(q, z, rounds, delta, accountant="pld", entries=entries)
-
-
-def _acc(params: dict[str, Any]) -> tuple[float, float, float, int]:
-    """(q, z, delta, P M): what the accounting of a federation's rounds depends on."""
-    return float(params["q"]), float(params["z"]), float(params["delta"]), int(params["P"]) * int(params["M"])
-
-
-def warm_accounting(params: dict[str, Any], number: int) -> None:
-    """Compute (into the caches) what closing round ``number`` will need, so the close itself is quick."""
-    q, z, delta, entries = _acc(params)
-    epsilon_pld(q, z, number, delta, entries)
-    epsilon_rdp(q, z, number, delta, entries)
-    epsilon_replace_one(q, z, number, delta, entries)
-    if number < int(params["rounds"]):
-        epsilon_pld(q, z, number + 1, delta, entries)
-
-
 # ------------------------------------------------------------------------------------------- use cases
-
-
-def require_modeler(principal: Principal) -> None:
-    if principal.kind != "modeler":
-        raise Forbidden("this needs the modeler token; an agent token may only read and submit")
 
 
 def _federation_for(
@@ -254,7 +187,7 @@ def start(
     if not agents:
         raise Conflict(f"federation {federation_id} has no agents: register at least one before start")
     params = federation.params
-    q, z, delta, entries = _acc(params)
+    q, z, delta, entries = accounting_params(params)
     first = epsilon_pld(q, z, 1, delta, entries)
     budget = float(params["epsilon_budget"])
     if first > budget:
@@ -482,7 +415,7 @@ def close_round(
         if federation is None or rnd is None or rnd.status != "open" or rnd.deadline > at:
             return False
         params = dict(federation.params)
-    q, z, delta, entries = _acc(params)
+    q, z, delta, entries = accounting_params(params)
     rounds, budget = int(params["rounds"]), float(params["epsilon_budget"])
     eps = (epsilon_pld(q, z, number, delta, entries), epsilon_rdp(q, z, number, delta, entries))
     eps_replace_one = epsilon_replace_one(q, z, number, delta, entries)

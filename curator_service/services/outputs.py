@@ -36,6 +36,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from curator_service import output_repository as outputs_repo
 from curator_service import querylog
 from curator_service import repository as repo
 from curator_service.exceptions import Conflict, InvalidInput
@@ -123,11 +124,11 @@ def public_of(partner: Partner) -> OutputPrivacyPublic | None:
 def person_bound(session: Session, dataset: Dataset, index: int, partner_id: int | None = None) -> float:
     """Bound on the output epsilon spent so far on the person at row ``index`` of ``dataset`` (inf: raw), by
     every partner, or by ``partner_id``'s answers only (a grant's allotment)."""
-    total, raw = repo.row_output_total(session, dataset.id, index, partner_id)
+    total, raw = outputs_repo.row_output_total(session, dataset.id, index, partner_id)
     if raw:
         return math.inf
-    rows = repo.rows_per_person_by_dataset(session, dataset.population_id)
-    maxima = repo.dataset_output_maxima(session, dataset.population_id, partner_id)
+    rows = outputs_repo.rows_per_person_by_dataset(session, dataset.population_id)
+    maxima = outputs_repo.dataset_output_maxima(session, dataset.population_id, partner_id)
     for other_id, (largest, any_raw) in maxima.items():
         if any_raw:
             return math.inf
@@ -156,7 +157,7 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
     repo.lock_population(session, dataset.population_id)
     query.output_key = policy.key(partner.id, dataset.id, query.row_index)
     if not policy.fresh_repeats:
-        source = repo.first_output_answer(session, query.output_key, exclude_id=query.id)
+        source = outputs_repo.first_output_answer(session, query.output_key, exclude_id=query.id)
         if source is not None:
             query.source_query_id = source.id
             query.charged_epsilon = 0.0
@@ -183,7 +184,7 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
 
 def _charge(session: Session, dataset: Dataset, query: Query, epsilon: float | None) -> None:
     session.flush()  # the query (and its admission fields) before the charge that names it
-    repo.add_output_charge(
+    outputs_repo.add_output_charge(
         session,
         population_id=dataset.population_id,
         dataset_id=dataset.id,
@@ -218,7 +219,7 @@ def record_answer(
     if not repo.complete_query(session, query.id, answered, y_raw=raw):
         return False
     querylog.append_to_chain(session, query.id)
-    for waiting in repo.pending_repeats(session, query.id):
+    for waiting in outputs_repo.pending_repeats(session, query.id):
         if repo.complete_query(session, waiting, answered):
             querylog.append_to_chain(session, waiting)
     return True
@@ -266,16 +267,16 @@ def _statement(led: OutputLedger, policies: list[OutputPolicy]) -> str:
 def ledger(session: Session, population_id: int, *, rows: int = LEDGER_ROWS) -> OutputLedger:
     """The population's output ledger: counts, epsilons per answer, the per-row and per-person totals (every
     partner's answers together; a dataset with k rows per person counts its largest row total k times)."""
-    counts = repo.output_counts(session, population_id)
-    maxima = repo.dataset_output_maxima(session, population_id)
-    per_person = repo.rows_per_person_by_dataset(session, population_id)
+    counts = outputs_repo.output_counts(session, population_id)
+    maxima = outputs_repo.dataset_output_maxima(session, population_id)
+    per_person = outputs_repo.rows_per_person_by_dataset(session, population_id)
     unbounded = any(raw for _, raw in maxima.values())
     largest_row = max((m for m, _ in maxima.values()), default=0.0)
     led = OutputLedger(
         answers_privatised=counts["privatised"],
         answers_cached=counts["cached"],
         answers_raw=counts["raw"],
-        epsilon_per_answer=repo.output_epsilons(session, population_id),
+        epsilon_per_answer=outputs_repo.output_epsilons(session, population_id),
         largest_row_total=None if unbounded else largest_row,
         largest_person_total=None
         if unbounded
@@ -284,10 +285,12 @@ def ledger(session: Session, population_id: int, *, rows: int = LEDGER_ROWS) -> 
         statement="",
         rows=[
             OutputRowTotal(dataset_id=d, index=i, answers=a, epsilon=None if raw else e)
-            for d, i, a, e, raw in repo.output_rows(session, population_id, limit=rows)
+            for d, i, a, e, raw in outputs_repo.output_rows(session, population_id, limit=rows)
         ],
     )
     policies = [
-        p for p in (policy_of(partner) for partner in repo.partners_answering(session, population_id)) if p
+        p
+        for p in (policy_of(partner) for partner in outputs_repo.partners_answering(session, population_id))
+        if p
     ]
     return led.model_copy(update={"statement": _statement(led, list(dict.fromkeys(policies)))})

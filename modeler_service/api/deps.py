@@ -12,11 +12,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
-from modeler_service import federations
+from modeler_service import federation_access
 from modeler_service.context import Context
 from modeler_service.db import transaction
 from modeler_service.exceptions import StorageError
-from modeler_service.federations import Principal
+from modeler_service.federation_access import Principal
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.servicekit.db import READ_METHODS, request_session
 
@@ -99,7 +99,7 @@ def get_principal(
         )
     components: Components = request.app.state.components
     with transaction(components.ctx.db, write=False) as session:
-        principal = federations.authenticate(
+        principal = federation_access.authenticate(
             session, components.token.get_secret_value(), credentials.credentials
         )
     if principal is None:

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
-from modeler_service import federations
+from modeler_service import federation_access, federations
 from modeler_service.api.deps import ComponentsDep, PrincipalDep, SessionDep
 from modeler_service.federation_schemas import (
     AgentCreate,
@@ -60,13 +60,13 @@ def create_federation(
     Trust: the modeler (coordinator) sees each agent's raw submission, a posterior sample of that
     hospital's observations; it never logs or returns them and deletes them when their round closes.
     """
-    federations.require_modeler(principal)
+    federation_access.require_modeler(principal)
     return federations.to_public(session, federations.create_federation(session, body), principal)
 
 
 @router.get("", summary="List federations (modeler token)", responses={403: _ERRORS[403]})
 def list_federations(principal: PrincipalDep, session: SessionDep) -> FederationsPublic:
-    federations.require_modeler(principal)
+    federation_access.require_modeler(principal)
     return federations.list_federations(session)
 
 
