@@ -1,4 +1,4 @@
-"""The pobo services as child processes on loopback (``python -m shared.cli <service> serve``): used by
+"""The pobo services as child processes on loopback (``python -m shared.tools.cli <service> serve``): used by
 ``pobo demo``, ``pobo bench service`` / ``bench load`` and the end-to-end tests."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """One pobo service as a child process (``python -m shared.cli <kind> serve``), logging to a file.
+    """One pobo service as a child process (``python -m shared.tools.cli <kind> serve``), logging to a file.
 
     ``kind`` is ``"curator"`` or ``"modeler"`` (a subclass overriding ``command`` names its own). ``env``
     holds the service's settings (``POBO_CURATOR_*`` / ``POBO_MODELER_*``); the child inherits the rest of
@@ -71,7 +71,7 @@ class ServiceProcess:
         return [
             sys.executable,
             "-m",
-            "shared.cli",
+            "shared.tools.cli",
             self.kind,
             "serve",
             "--host",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import apidocs
+from shared.tools import apidocs
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 
@@ -53,7 +53,7 @@ def test_both_services_document_one_api_version_and_one_422_shape() -> None:
 def test_pobo_docs_api_check_passes_on_the_committed_file() -> None:
     from typer.testing import CliRunner
 
-    from shared.cli import app
+    from shared.tools.cli import app
 
     result = CliRunner().invoke(app, ["docs", "api", "--check"])
     assert result.exit_code == 0, result.output

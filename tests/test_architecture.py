@@ -15,9 +15,17 @@ PACKAGES = ("shared", "curator_service", "modeler_service")
 #: The pure mathematics: usable from a notebook, with neither the web stack nor a database.
 MATH = ("shared.privacy", "shared.bo", "shared.federated")
 #: The library (what a service or a tool may build on) ...
-LIBRARY = (*MATH, "shared.protocol", "shared.servicekit", "shared.errors", "shared.accounting")
+LIBRARY = (
+    *MATH,
+    "shared.protocol",
+    "shared.servicekit",
+    "shared.errors",
+    "shared.accounting",
+    "shared.files",
+    "shared.processes",
+)
 #: ... and the tools, which may use everything, the services included.
-TOOLS = ("shared.bench", "shared.cli", "shared.demo", "shared.apidocs", "shared.reconcile")
+TOOLS = ("shared.tools",)
 WEB_STACK = ("fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
 
 
@@ -153,9 +161,21 @@ def test_the_services_never_import_each_other() -> None:
     assert _violations(["modeler_service"], ["curator_service"]) == []
 
 
+def test_the_services_import_no_tool() -> None:
+    assert _violations(["curator_service", "modeler_service"], TOOLS) == []
+
+
+def test_every_shared_module_is_in_one_layer() -> None:
+    """``shared`` is two layers: every module of it is in the library or in the tools, none in both."""
+    stray = [
+        m for m in _modules() if _under(m, ["shared"]) and m != "shared" and not _under(m, (*LIBRARY, *TOOLS))
+    ]
+    assert stray == []
+
+
 def test_the_rules_see_every_module() -> None:
     modules = _modules()
     assert "shared.bo.gp" in modules and "modeler_service.runner" in modules
     assert "shared.bo.float32_bounds" in _graph()["shared.bo.gp"]
     # a function-level import counts: the CLI imports the services inside its commands
-    assert any(_under(name, ["curator_service"]) for name in imports_of("shared.cli"))
+    assert any(_under(name, ["curator_service"]) for name in imports_of("shared.tools.cli"))

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from curator_service.config import Settings as CuratorSettings
 from modeler_service.config import Settings as ModelerSettings
-from shared.cli import app
+from shared.tools.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILES = ["compose.yaml", "compose.tls.yaml"]
@@ -394,7 +394,7 @@ def test_dockerfile_is_slim_non_root_and_installs_the_console_script() -> None:
     # The image installs this project, whose console script is the `pobo` the compose commands call.
     assert any(op == "RUN" and "pip install" in args and "/app" in args for op, args in instructions)
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts["pobo"] == "shared.cli:app"
+    assert scripts["pobo"] == "shared.tools.cli:app"
     # Everything the services need at run time is copied in (migrations are applied at start-up).
     copied = {args.split()[0] for op, args in instructions if op == "COPY"}
     assert {"shared", "curator_service", "modeler_service", "migrations"} <= copied

@@ -6,11 +6,9 @@ the corrections that keep the guarantee (frozen agent list, zero-out relation, n
 Modules: ``rff`` (shared random Fourier features of the SE kernel), ``posterior`` (eq. 2, beta_t),
 ``regions`` (P equal-volume cells, round robin), ``agent_step`` (Algorithm 2), ``coordinator``
 (Algorithm 1), ``privacy`` (dp-accounting, the exact one-round privacy loss of both weighting rules;
-``shared.accounting.federated_epsilon`` re-exports the accountant). The HTTP agent (``agent.py``) is the
-only module here that talks to a service; nothing else imports web, database or HTTP libraries.
+``shared.accounting.federated_epsilon`` re-exports the accountant). The HTTP agent that talks to the
+coordinator is a tool (``shared.tools.agent``); nothing here imports web, database or HTTP libraries.
 """
-
-from typing import TYPE_CHECKING, Any
 
 from shared.federated.agent_step import (
     AgentChoice,
@@ -41,21 +39,7 @@ from shared.federated.privacy import (
 from shared.federated.regions import Regions, round_robin, split_box
 from shared.federated.rff import RandomFourierFeatures, draw_rff, se_kernel
 
-if TYPE_CHECKING:
-    from shared.federated.agent import Agent
-
-
-def __getattr__(name: str) -> Any:
-    """``Agent`` is loaded on first use: importing the package must not import httpx."""
-    if name == "Agent":
-        from shared.federated.agent import Agent
-
-        return Agent
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
-    "Agent",
     "AgentChoice",
     "RFFPosterior",
     "RandomFourierFeatures",

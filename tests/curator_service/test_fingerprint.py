@@ -22,7 +22,7 @@ from curator_service.fingerprint import (
     same_people,
 )
 
-DEMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "demo_hospital.csv"
+DEMO = Path(__file__).resolve().parents[2] / "shared" / "tools" / "data" / "demo_hospital.csv"
 
 
 def _demo() -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -1,4 +1,5 @@
-"""The curator as a real process: ``python -m shared.cli curator serve`` driven over HTTP, then restarted.
+"""The curator as a real process: ``python -m shared.tools.cli curator serve`` driven over HTTP, then
+restarted.
 
 Uses the generated admin token (first start writes ``<data dir>/admin-token``, later starts reuse it), and
 checks that a restart loses nothing: datasets, releases (same bytes), partners, queries, ledger.
@@ -45,7 +46,7 @@ class Server:
                 [
                     sys.executable,
                     "-m",
-                    "shared.cli",
+                    "shared.tools.cli",
                     "curator",
                     "serve",
                     "--host",

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from shared.processes import ServiceProcess
-from shared.reconcile import reconcile
+from shared.tools.reconcile import reconcile
 from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from shared.bo.strategies import GPUCB
-from shared.data.make_demo_dataset import DP_UNITS, FEATURES, generate
-from shared.demo import expected_random_regret, progress_figure, run_demo, write_progress_plot
 from shared.privacy.gaussian import gaussian_release
+from shared.tools.data.make_demo_dataset import DP_UNITS, FEATURES, generate
+from shared.tools.demo import expected_random_regret, progress_figure, run_demo, write_progress_plot
 
 pytestmark = pytest.mark.slow
 

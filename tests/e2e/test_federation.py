@@ -54,7 +54,7 @@ def start_agent(
     cmd = [
         sys.executable,
         "-m",
-        "shared.cli",
+        "shared.tools.cli",
         "agent",
         "run",
         "--modeler",

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
-from shared.cli import app
+from shared.tools.cli import app
 from tests.e2e.conftest import SQLITE_ONLY, Services
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body, wait_status
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.reconcile import reconcile
+from shared.tools.reconcile import reconcile
 from tests.e2e.conftest import SQLITE_ONLY, Services, write_csv
 from tests.e2e.test_restart import wait_iterations
 from tests.e2e.test_two_party import FIXED_HP, setup_release, wait_status

@@ -23,7 +23,7 @@ import pytest
 
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from shared.protocol.client import CuratorClient
-from shared.reconcile import reconcile
+from shared.tools.reconcile import reconcile
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 submission rules, rounds closed at their deadline only and aggregated once (also after a restart), a
 straggler counted as 0, and the budget refusal. Issue 32: ``first_round_at`` (round 1's deadline) and its
 422s, receipts of accepted submissions (a replay after the close, a key reused with another omega or for
-another round, no receipt, never the omega, migration 0007's backfill), and ``shared.federated.Agent``
+another round, no receipt, never the omega, migration 0007's backfill), and ``shared.tools.agent.Agent``
 against the service: an answer lost while its round closed, an outage longer than a round, a restarted
 agent. SQLite, and PostgreSQL when ``POBO_TEST_DATABASE_URL`` is set. Accounting at q = 1, z = 5
 (dp-accounting is quick there)."""
@@ -28,8 +28,8 @@ from modeler_service.config import Settings
 from modeler_service.db import alembic_config, upgrade
 from modeler_service.models import FederationReceipt, FederationRound, FederationSubmission, utcnow
 from shared.federated import aggregate_round, clean_aggregate, federated_epsilon, poisson_sample, round_robin
-from shared.federated.agent import Agent
 from shared.servicekit.migrations import run_migrations
+from shared.tools.agent import Agent
 from tests.modeler_service.conftest import AUTH, TOKEN
 
 ROUND_SECONDS = 4.0  # long enough that setting up and submitting fits in a round on a loaded machine

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from shared.bench import synthetic
-from shared.cli import app
 from shared.privacy.gaussian import calibrate
 from shared.privacy.po_gp_ucb import centred_sigma_min, largest_feasible_r, omega
+from shared.tools.bench import synthetic
+from shared.tools.cli import app
 
 
 def test_grid_is_scaled_to_the_papers_thresholds():

@@ -1,13 +1,13 @@
-"""``pobo bench strategies`` (``shared.bench.defaults``): the problems, the metric, the rule that chose the
-defaults, and a small run of the defaults themselves (the full measurement is the bench, not a test)."""
+"""``pobo bench strategies`` (``shared.tools.bench.defaults``): the problems, the metric, the rule that chose
+the defaults, and a small run of the defaults themselves (the full measurement is the bench, not a test)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from shared.bench import defaults
-from shared.bench.defaults import Entry, apply_rule, choose, make_problem, run_benchmark
+from shared.tools.bench import defaults
+from shared.tools.bench.defaults import Entry, apply_rule, choose, make_problem, run_benchmark
 
 
 @pytest.mark.parametrize("name", defaults.PROBLEMS)

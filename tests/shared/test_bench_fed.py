@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from shared.accounting import federated_epsilon
-from shared.bench import fed
-from shared.bench.fed_problems import AlgConfig
-from shared.cli import app
+from shared.tools.bench import fed
+from shared.tools.bench.fed_problems import AlgConfig
+from shared.tools.cli import app
 
 LOW_Z, HIGH_Z = 1.0, 20.0
 TINY = fed.Config(

@@ -9,8 +9,8 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.bench import service
-from shared.bench.floor import back_app, measure_floor, open_database
+from shared.tools.bench import service
+from shared.tools.bench.floor import back_app, measure_floor, open_database
 
 
 def test_floor_times_requests_and_every_one_is_on_disk() -> None:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from shared.bench import gibo
-from shared.bench import gibo_problems as gp
 from shared.bo.gibo.losses import check_row_independent
-from shared.cli import app
+from shared.tools.bench import gibo
+from shared.tools.bench import gibo_problems as gp
+from shared.tools.cli import app
 
 TINY = gibo.Config(
     location=gibo.LocationConfig(T=25),

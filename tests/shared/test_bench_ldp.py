@@ -12,8 +12,8 @@ from rich.console import Console
 from scipy import stats
 from typer.testing import CliRunner
 
-from shared.bench import ldp, ldp_problems
-from shared.cli import app
+from shared.tools.bench import ldp, ldp_problems
+from shared.tools.cli import app
 
 
 def tiny_cases(settings: tuple[str, ...]) -> list[ldp.Case]:

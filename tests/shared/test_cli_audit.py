@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from shared.cli import app
+from shared.tools.cli import app
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, str, list[dict[str, object]]]:

@@ -1,5 +1,5 @@
-"""The problems of ``pobo bench ldp`` (``shared.bench.ldp``): the LDP-BO paper's synthetic functions, its
-noise models, the CTL output mechanism as simulated here, and the "combined" problem on pobo's own grid.
+"""The problems of ``pobo bench ldp`` (``shared.tools.bench.ldp``): the LDP-BO paper's synthetic functions,
+its noise models, the CTL output mechanism as simulated here, and the "combined" problem on pobo's own grid.
 
 Zhou & Tan, "Local Differential Privacy for Bayesian Optimization" (AAAI 2021), Section 5.1, "Synthetic data"
 (the setting of Chowdhury & Gopalan, NeurIPS 2019, and their public code)::
@@ -29,15 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.bench.synthetic import DELTA, LENGTHSCALE, _grid_factor, grid_inputs, sample_f
 from shared.privacy.gaussian import gaussian_release
+from shared.tools.bench.synthetic import DELTA, LENGTHSCALE, _grid_factor, grid_inputs, sample_f
 
 ARMS = 100
 SUPPORT = 100
 PAPER_LENGTHSCALE = 0.2
 NOISE_BOUND = 1.0  # R: eta ~ U[-R, R]
 STUDENT_T_DOF = 3
-#: Combined setting: the input release's epsilon (delta = shared.bench.synthetic.DELTA).
+#: Combined setting: the input release's epsilon (delta = shared.tools.bench.synthetic.DELTA).
 EPSILON_INPUT = 1.0
 #: Combined setting: the declared bound on |f|, f standardised (units of sigma_y). A real curator declares B
 #: from domain knowledge and never from the data (B = max |y| would publish the maximum); this is a
@@ -137,9 +137,10 @@ def paper_problem(setting: str, seed: int, run: int, T: int) -> Problem:
 
 def combined_problem(seed: int, run: int, T: int) -> Problem:
     """Input and output privacy: pobo's synthetic grid (100 x 100, f ~ GP standardised, as in
-    ``shared.bench.synthetic``), released by the Gaussian mechanism at eps_in = 1 (delta = 1e-5); outcomes
-    f + U[-1, 1], answered through CTL(eps_out) with the declared B = ``COMBINED_B``. The GP model uses f's
-    own SE lengthscale in released units (the ``transfer`` mode of ``shared.bench.synthetic``)."""
+    ``shared.tools.bench.synthetic``), released by the Gaussian mechanism at eps_in = 1 (delta = 1e-5);
+    outcomes f + U[-1, 1], answered through CTL(eps_out) with the declared B = ``COMBINED_B``. The GP model
+    uses f's own SE lengthscale in released units (the ``transfer`` mode of
+    ``shared.tools.bench.synthetic``)."""
     rng = np.random.default_rng([seed, run, 3])
     X, scale = grid_inputs()
     f = sample_f(rng, _grid_factor())

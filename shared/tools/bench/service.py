@@ -10,7 +10,7 @@ n = 10 000 rows is created, and studies step through t = 1..50 with ``POST /v1/s
 * ``overhead = wall - gp``: HTTP to the modeler, database transactions (write-ahead intent, audit entry),
   the curator round trip (its own auth, idempotency record, quota and commit) and serialisation.
 
-In the same run :class:`shared.bench.floor.FloorPath` times the bare path (issue 18): a client calling a
+In the same run :class:`shared.tools.bench.floor.FloorPath` times the bare path (issue 18): a client calling a
 minimal uvicorn app that calls a second minimal uvicorn app, which does one SQLite insert with fsync
 (``journal_mode=WAL``, ``synchronous=FULL``, as pobo's engine) and answers -- the irreducible hops of one
 iteration. Its apps run beside pobo's services and two floor requests are timed just before every pobo
@@ -33,11 +33,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from shared.bench.floor import FloorPath, summary
 from shared.bo.gp import Hyperparameters, median_distance
 from shared.bo.strategies import GPUCB
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from shared.protocol.client import CuratorClient
+from shared.tools.bench.floor import FloorPath, summary
 
 TARGET_MS = 15.0
 #: Issue 18: pobo's overhead p50 at most this multiple of the floor's p50.

@@ -14,8 +14,8 @@ uvicorn processes on loopback, without access logs. :func:`measure_floor` starts
 times sequential requests of a persistent ``httpx.Client`` and returns p50/p90/mean in milliseconds;
 :class:`FloorPath` keeps both apps up for a caller that interleaves floor requests with its own.
 
-Serve one by hand with ``python -m shared.bench.floor back --port P --db PATH`` or
-``python -m shared.bench.floor front --port P --back-url URL``.
+Serve one by hand with ``python -m shared.tools.bench.floor back --port P --db PATH`` or
+``python -m shared.tools.bench.floor front --port P --back-url URL``.
 """
 
 from __future__ import annotations
@@ -118,15 +118,15 @@ def front_app(back_url: str) -> Any:
 
 
 class FloorProcess(ServiceProcess):
-    """One floor app as a child process (``python -m shared.bench.floor ...``), started, health-checked and
-    stopped like a pobo service (``shared.processes.ServiceProcess``)."""
+    """One floor app as a child process (``python -m shared.tools.bench.floor ...``), started,
+    health-checked and stopped like a pobo service (``shared.processes.ServiceProcess``)."""
 
     def __init__(self, args: Sequence[str], *, port: int, log_path: Path) -> None:
         super().__init__(f"floor app {args[0]}", port=port, env={}, log_path=log_path)
         self.args = [*args, "--port", str(port)]
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "shared.bench.floor", *self.args]
+        return [sys.executable, "-m", "shared.tools.bench.floor", *self.args]
 
 
 class FloorPath:
@@ -213,10 +213,10 @@ def measure_floor(*, requests: int = 300, warmup: int = 30) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m shared.bench.floor back|front --port P ...``: serve one floor app with uvicorn."""
+    """``python -m shared.tools.bench.floor back|front --port P ...``: serve one floor app with uvicorn."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m shared.bench.floor")
+    parser = argparse.ArgumentParser(prog="python -m shared.tools.bench.floor")
     sub = parser.add_subparsers(dest="app", required=True)
     back = sub.add_parser("back", help="the SQLite hop")
     back.add_argument("--db", type=Path, required=True)

@@ -1,8 +1,8 @@
 """Generate ``docs/api.md`` from the OpenAPI documents of both services, so the document never drifts.
 
-``python -m shared.apidocs > docs/api.md`` writes it; ``python -m shared.apidocs --check`` exits 1 (with a
-short diff) when the committed file differs from what the code documents. Both apps are built in a
-temporary data dir and only their ``openapi()`` is read; the output holds no path, time or random value.
+``python -m shared.tools.apidocs > docs/api.md`` writes it; ``python -m shared.tools.apidocs --check``
+exits 1 (with a short diff) when the committed file differs from what the code documents. Both apps are built
+in a temporary data dir and only their ``openapi()`` is read; the output holds no path, time or random value.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from shared.files import write_text_atomic
 
 JSON = dict[str, Any]
 
-DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 REGENERATE = "pobo docs api (or make docs)"
 METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
 TABLE_RULE = "|---|---|---|---|---|"
@@ -428,7 +428,7 @@ def generate(services: list[Service] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m shared.apidocs", description="Write docs/api.md.")
+    parser = argparse.ArgumentParser(prog="python -m shared.tools.apidocs", description="Write docs/api.md.")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 if docs/api.md is not up to date")
     mode.add_argument("--write", action="store_true", help="(re)write docs/api.md atomically")

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from shared.bench.pool import map_runs
-from shared.bench.synthetic import (
+from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
+from shared.privacy.gaussian import gaussian_release
+from shared.tools.bench.pool import map_runs
+from shared.tools.bench.synthetic import (
     DELTA,
     GRID,
     LENGTHSCALE,
@@ -31,8 +33,6 @@ from shared.bench.synthetic import (
     sample_f,
     save_figure,
 )
-from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
-from shared.privacy.gaussian import gaussian_release
 
 STRATEGIES = ("gp-ucb", "gp-bucb", "random")
 #: (inputs, hyper-parameter mode) the GP strategies are compared on; random search ignores both.

@@ -39,7 +39,7 @@ import psutil
 from shared.bo.gp import median_distance
 from shared.processes import ServiceProcess, service_pair
 from shared.protocol.client import CuratorClient
-from shared.reconcile import reconcile
+from shared.tools.reconcile import reconcile
 
 Database = Literal["sqlite", "postgresql"]
 

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from shared.bench.cli import bench_app
 from shared.files import write_json_atomic
+from shared.tools.bench.cli import bench_app
 
 app = typer.Typer(
     help="pobo: privacy-preserving outsourced Bayesian optimization (PO-GP-UCB).",
@@ -27,7 +27,7 @@ app.add_typer(curator_app, name="curator")
 app.add_typer(audit_app, name="audit")
 app.add_typer(docs_app, name="docs")
 app.add_typer(modeler_app, name="modeler")
-app.add_typer(bench_app, name="bench")  # shared/bench/cli.py
+app.add_typer(bench_app, name="bench")  # shared/tools/bench/cli.py
 agent_app = typer.Typer(
     help="A federation agent (DP-FTS-DE), run next to a hospital's data.", no_args_is_help=True
 )
@@ -180,7 +180,7 @@ def docs_api(
     stdout: Annotated[bool, typer.Option(help="Print the document instead of writing docs/api.md.")] = False,
 ) -> None:
     """Generate docs/api.md, the HTTP reference of both services, from their OpenAPI documents."""
-    from shared.apidocs import main as generate
+    from shared.tools.apidocs import main as generate
 
     generate(["--check"] if check else [] if stdout else ["--write"])
 
@@ -214,7 +214,7 @@ def reconcile_cmd(
     from rich.table import Table
 
     from shared.errors import PoboError
-    from shared.reconcile import reconcile
+    from shared.tools.reconcile import reconcile
 
     console = Console()
     try:
@@ -270,7 +270,7 @@ def demo(
     ] = False,
 ) -> None:
     """Run the whole two-party loop locally: both services, a release, a partner, a study."""
-    from shared.demo import run_demo
+    from shared.tools.demo import run_demo
 
     run_demo(output=output, iterations=iterations, keep_running=keep_running)
 
@@ -306,8 +306,8 @@ def agent_run(
     from rich.console import Console
 
     from shared.errors import InputDataError
-    from shared.federated.agent import Agent, AgentError
     from shared.federated.objectives import make_objective
+    from shared.tools.agent import Agent, AgentError
 
     console = Console()
 

@@ -23,7 +23,7 @@ a fresh initial row (shared by every setting of the run, a paired comparison) an
 (algorithm, eps, r).
 Simple regret S_t = max f - max_{s <= t} f(x_s) in units of sigma_y (f standardised), t = 1..T counting the
 T GP-UCB queries after the initial row. ``--strategies`` compares the modeler's registry strategies on the
-same problem instead (``shared.bench.strategies``).
+same problem instead (``shared.tools.bench.strategies``).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from shared.bench.pool import map_runs
-from shared.bench.report import write_report
 from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB
 from shared.privacy.gaussian import calibrate, gaussian_release
 from shared.privacy.po_gp_ucb import centred_sigma_min, omega, release_projection
+from shared.tools.bench.pool import map_runs
+from shared.tools.bench.report import write_report
 
 GRID = 100
 SPAN = 10.0
@@ -365,7 +365,8 @@ def main(
     seed: int,
     workers: int,
 ) -> dict[str, Any]:
-    """The paper's experiment (``pobo bench synthetic``; ``--strategies``: ``shared.bench.strategies``)."""
+    """The paper's experiment (``pobo bench synthetic``; ``--strategies``:
+    ``shared.tools.bench.strategies``)."""
     from rich.console import Console
     from rich.markdown import Markdown
 

@@ -1,6 +1,6 @@
 """``pobo bench fed``: DP-FTS-DE's Section 5 experiments (Dai, Low & Jaillet, NeurIPS 2021; issue 16 item 5).
 
-Settings (``SETTINGS``; problems and the simulation loop in ``shared.bench.fed_problems``):
+Settings (``SETTINGS``; problems and the simulation loop in ``shared.tools.bench.fed_problems``):
 
 * ``synthetic`` (Section 5.1, Fig. 2): a GP(0, SE) sample on a 30 x 30 grid of [0, 1]^2 (lengthscale 0.2),
   each agent's objective the sample plus iid N(0, 0.05^2) per grid point, observation noise std 0.1
@@ -38,11 +38,11 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.accounting import federated_epsilon
-from shared.bench.fed_problems import AlgConfig, GridProblem, make_svm_shards, make_synthetic, simulate
-from shared.bench.pool import map_runs
-from shared.bench.report import markdown_table, rich_table, write_report
 from shared.federated import TemperatureSchedule, draw_rff
 from shared.federated.agent_step import PSchedule
+from shared.tools.bench.fed_problems import AlgConfig, GridProblem, make_svm_shards, make_synthetic, simulate
+from shared.tools.bench.pool import map_runs
+from shared.tools.bench.report import markdown_table, rich_table, write_report
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -319,7 +319,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shared.bench.synthetic import save_figure
+    from shared.tools.bench.synthetic import save_figure
 
     panels = _panels(report)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.2), squeeze=False)
@@ -352,7 +352,7 @@ def main(
 
     from rich.console import Console
 
-    from shared.bench.synthetic import _progress
+    from shared.tools.bench.synthetic import _progress
 
     cfg = config or Config()
     console = Console()

@@ -12,8 +12,8 @@
    incremental posterior (``shared.bo.strategies.GPUCB``) vs refitting scikit-learn's GaussianProcessRegressor
    (same fixed kernel, optimizer=None) and predicting mean and std over all n every step. Target: >= 20x.
 4. The GP-UCB loop at n = 1 000 000, T = 100 against the machine's memory-bandwidth floor measured in the
-   same run (``shared.bench.gp_loop``; issue 18's target: <= 1.5x), with the same choices as the textbook
-   float64 loop; and n = 10 000 000, T = 50 with the factor memory-mapped (``--n-large``), per step.
+   same run (``shared.tools.bench.gp_loop``; issue 18's target: <= 1.5x), with the same choices as the
+   textbook float64 loop; and n = 10 000 000, T = 50 with the factor memory-mapped (``--n-large``), per step.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from shared.bench.gp_loop import bench_floor, bench_large
 from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB, gp_ucb_beta
 from shared.files import write_json_atomic
 from shared.privacy.gaussian import gaussian_release
 from shared.privacy.po_gp_ucb import omega, release_projection
 from shared.privacy.rng import seeded_rng
+from shared.tools.bench.gp_loop import bench_floor, bench_large
 
 D, R, EPS, DELTA = 50, 15, 1.0, 1e-5
 
@@ -97,7 +97,16 @@ def release_worker(method: str, n: int, seed: int, out: str) -> None:
 
 def _run_worker(method: str, n: int, seed: int, out: Path) -> dict[str, Any]:
     proc = subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "shared.bench.perf", "release-worker", method, str(n), str(seed), str(out)],
+        [
+            sys.executable,
+            "-m",
+            "shared.tools.bench.perf",
+            "release-worker",
+            method,
+            str(n),
+            str(seed),
+            str(out),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -379,4 +388,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "release-worker":
         release_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:  # pragma: no cover
-        raise SystemExit("usage: python -m shared.bench.perf release-worker METHOD N SEED OUT")
+        raise SystemExit("usage: python -m shared.tools.bench.perf release-worker METHOD N SEED OUT")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.bench.pool import map_runs
+from shared.tools.bench.pool import map_runs
 
 GIBO_FEATURES, GIBO_MU, GIBO_STEPS, GIBO_CLIP, GIBO_DELTA, GIBO_BOX = 9, 2.0, 30, 1.0, 1e-5, 5.0
 

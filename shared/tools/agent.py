@@ -1,8 +1,8 @@
 """A DP-FTS-DE agent over HTTP: the hospital's side of a federation (Algorithm 2 of the paper, issue 16).
 
-The only module of ``shared.federated`` that talks to a service (httpx and tenacity are imported here and
-nowhere else in the package; ``shared.federated.Agent`` is loaded lazily). A hospital's data scientist
-drives it with their own objective function::
+A tool over the library: the numerics are ``shared.federated`` (``agent_step``, ``rff``, ``regions``), which
+imports no HTTP library; this module adds the coordinator's API. A hospital's data scientist drives it with
+their own objective function (``from shared.tools.agent import Agent``)::
 
     agent = Agent("https://modeler.example.org", federation_id, token, objective=my_objective)
     report = agent.run()

@@ -5,8 +5,8 @@ no default: ``B`` and ``v`` of the heavy-tailed strategies; the LDP strategies' 
 are the grant's) through the round interface the modeler uses (``initial_state`` / ``plan`` / ``observe``),
 on three problems, each an input-private release, with and without output privacy:
 
-* ``synthetic`` -- the PO-GP-UCB paper's synthetic setting (``shared.bench.synthetic``): a 100 x 100 grid
-  (n = 10 000, d = 2, the paper's scale), f ~ GP(SE) standardised; declared B = 4, R = 1.
+* ``synthetic`` -- the PO-GP-UCB paper's synthetic setting (``shared.tools.bench.synthetic``): a 100 x 100
+  grid (n = 10 000, d = 2, the paper's scale), f ~ GP(SE) standardised; declared B = 4, R = 1.
 * ``diabetes`` -- scikit-learn's diabetes data (n = 442 patients, d = 10 measurements, raw units); each
   feature declared at 1 % of its range (a simulation's stand-in for a curator's domain units); the outcome is
   the disease-progression score, uploaded relative to the midpoint 175 of its declared range [0, 350]
@@ -17,12 +17,12 @@ on three problems, each an input-private release, with and without output privac
 The release is the default Gaussian mechanism at epsilon_in = 1, delta = 1e-5 (no projection); a query's
 outcome is f(row) + eta, eta ~ U[-R, R]. Output modes: ``plain`` (the outcome as measured) and ``ctl`` (the
 curator's CTL at epsilon_out = 4: clipped to [-(B + R), B + R] plus Laplace of scale 2 (B + R) / epsilon_out,
-simulated with a seeded generator like ``shared.bench.ldp_problems``). Strategies: ``gp-ucb``, ``gp-bucb``
-and ``random`` in both modes; ``tgp-ucb``, ``ata-gp-ucb``, ``moma-gp-ucb`` in ``plain`` (v = B^2 + R^2 / 3,
-MoMA's c = R^2 / 3, alpha = 1); ``ldp-tgp-ucb``, ``ldp-ata-gp-ucb``, ``ldp-moma-gp-ucb`` in ``ctl``. A study
-has T = 200 plays, except on ``diabetes``, where T = 100: its 442 rows cap what a strategy that never
-plays a row twice can reach (the 200 best rows average 0.63 of random play's regret, the 100 best 0.42).
-Metric: the **regret ratio**, the mean regret of the rows played, (1/T) sum_t (max f -
+simulated with a seeded generator like ``shared.tools.bench.ldp_problems``). Strategies: ``gp-ucb``,
+``gp-bucb`` and ``random`` in both modes; ``tgp-ucb``, ``ata-gp-ucb``, ``moma-gp-ucb`` in ``plain`` (v = B^2
++ R^2 / 3, MoMA's c = R^2 / 3, alpha = 1); ``ldp-tgp-ucb``, ``ldp-ata-gp-ucb``, ``ldp-moma-gp-ucb`` in
+``ctl``. A study has T = 200 plays, except on ``diabetes``, where T = 100: its 442 rows cap what a strategy
+that never plays a row twice can reach (the 200 best rows average 0.63 of random play's regret, the 100 best
+0.42). Metric: the **regret ratio**, the mean regret of the rows played, (1/T) sum_t (max f -
 f(x_t)), over that of uniform random play, mean(max f - f) (1 = no learning; random is 1 in expectation).
 Paired design: in one run every strategy of a problem sees the same release, f and noise sequence.
 
@@ -56,11 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from shared.bench.defaults_gibo import run_gibo
-from shared.bench.ldp import Case, study
-from shared.bench.ldp_problems import Problem
-from shared.bench.pool import map_runs
-from shared.bench.report import markdown_table, rich_table, write_report
+from shared.tools.bench.defaults_gibo import run_gibo
+from shared.tools.bench.ldp import Case, study
+from shared.tools.bench.ldp_problems import Problem
+from shared.tools.bench.pool import map_runs
+from shared.tools.bench.report import markdown_table, rich_table, write_report
 
 PROBLEMS = ("synthetic", "diabetes", "demo-hospital")
 MODES = ("plain", "ctl")
@@ -103,7 +103,7 @@ DECLARED = {
 def _data(name: str) -> tuple[np.ndarray, np.ndarray | None]:
     """(X in declared units [n, d], f [n] or None for the synthetic problem, whose f is drawn per run)."""
     if name == "synthetic":
-        from shared.bench.synthetic import grid_inputs
+        from shared.tools.bench.synthetic import grid_inputs
 
         return grid_inputs()[0], None
     if name == "diabetes":
@@ -113,7 +113,7 @@ def _data(name: str) -> tuple[np.ndarray, np.ndarray | None]:
         unit = 0.01 * (X.max(axis=0) - X.min(axis=0))
         return X / unit, np.asarray(y, dtype=np.float64) - 175.0
     if name == "demo-hospital":
-        from shared.data.make_demo_dataset import DP_UNITS, FEATURES, OUTCOME, PATH
+        from shared.tools.data.make_demo_dataset import DP_UNITS, FEATURES, OUTCOME, PATH
 
         table = np.genfromtxt(PATH, delimiter=",", names=True, dtype=None, encoding="utf-8")
         X = np.column_stack([table[c].astype(np.float64) for c in FEATURES])
@@ -124,8 +124,8 @@ def _data(name: str) -> tuple[np.ndarray, np.ndarray | None]:
 
 def make_problem(name: str, seed: int, run: int, T: int) -> Problem:
     """One run's problem: the release of the declared-unit rows, f on the rows, the noise sequences."""
-    from shared.bench.synthetic import _grid_factor, sample_f
     from shared.privacy.gaussian import gaussian_release
+    from shared.tools.bench.synthetic import _grid_factor, sample_f
 
     X, f = _data(name)
     if f is None:
@@ -382,7 +382,7 @@ def main(
 ) -> dict[str, Any]:
     from rich.console import Console
 
-    from shared.bench.synthetic import _progress
+    from shared.tools.bench.synthetic import _progress
 
     console = Console()
     entries = tuning_entries() if tune else default_entries()

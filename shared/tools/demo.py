@@ -1,8 +1,8 @@
 """``pobo demo``: the whole two-party loop on this machine, with both services as real processes.
 
-1. Start the curator and the modeler (``python -m shared.cli <service> serve``) on free loopback ports, each
-   with a temporary data dir and SQLite database; wait for ``/healthz``.
-2. Curator (admin): upload the bundled synthetic hospital CSV (``shared/data/demo_hospital.csv``; the
+1. Start the curator and the modeler (``python -m shared.tools.cli <service> serve``) on free loopback ports,
+   each with a temporary data dir and SQLite database; wait for ``/healthz``.
+2. Curator (admin): upload the bundled synthetic hospital CSV (``shared/tools/data/demo_hospital.csv``; the
    outcome column stays with the curator) with declared per-feature scales, read the privacy report (what
    the release protects, in clinical units), create the default Gaussian release (epsilon = 1,
    delta = 1e-5), grant a partner (the modeler) access with a query quota.
@@ -96,7 +96,7 @@ def expected_random_regret(y: npt.ArrayLike, k: int) -> float:
 
 
 def _read_demo_csv(path: Path) -> tuple[list[str], npt.NDArray[np.float64]]:
-    from shared.data.make_demo_dataset import OUTCOME
+    from shared.tools.data.make_demo_dataset import OUTCOME
 
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -119,7 +119,7 @@ def run_demo(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from shared.data.make_demo_dataset import DP_UNITS, FEATURES, OUTCOME
+    from shared.tools.data.make_demo_dataset import DP_UNITS, FEATURES, OUTCOME
 
     console = Console()
     started = time.monotonic()

@@ -1,6 +1,6 @@
 """The ``pobo bench ...`` commands (typer): utility and speed benchmarks, never tests.
 
-Each command imports its benchmark lazily, so that ``pobo --help`` stays fast; ``shared/cli.py`` mounts
+Each command imports its benchmark lazily, so that ``pobo --help`` stays fast; ``shared/tools/cli.py`` mounts
 ``bench_app`` under ``pobo bench``.
 """
 
@@ -42,12 +42,12 @@ def bench_synthetic(
     """The paper's synthetic GP experiment (Fig. 2a, Tables 1-3) in `transfer` and `mle` modes; with
     --strategies, the modeler's registry strategies compared on the same functions."""
     if strategies is None:
-        from shared.bench.synthetic import main as run
+        from shared.tools.bench.synthetic import main as run
 
         run(runs=runs, json_path=json_path, plot_path=plot, quick=quick, seed=seed, workers=workers)
         return
-    from shared.bench.strategies import main as compare
     from shared.bo.strategies import REGISTRY
+    from shared.tools.bench.strategies import main as compare
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     unknown = [s for s in names if s not in REGISTRY]
@@ -92,8 +92,8 @@ def bench_ldp(
     """The LDP-BO paper's synthetic experiments (Zhou & Tan 2021, Fig. 2a/2d, Fig. 3a): cumulative regret of
     the LDP and heavy-tailed GP-UCB strategies under CTL(eps) or Student-t noise, and output privacy on top of
     the Gaussian release (combined)."""
-    from shared.bench.ldp import SETTINGS
-    from shared.bench.ldp import main as run
+    from shared.tools.bench.ldp import SETTINGS
+    from shared.tools.bench.ldp import main as run
 
     chosen = [s.strip() for s in settings.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SETTINGS]
@@ -146,8 +146,8 @@ def bench_strategies(
 ) -> None:
     """Every strategy at its defaults on three input-private problems, with and without output privacy: the
     regret of the rows played over random play's (issue 32), and dp-gibo's gap closed."""
-    from shared.bench.defaults import PROBLEMS
-    from shared.bench.defaults import main as run
+    from shared.tools.bench.defaults import PROBLEMS
+    from shared.tools.bench.defaults import main as run
 
     run(
         runs=runs,
@@ -178,8 +178,8 @@ def bench_gibo(
     """The DP-GIBO paper's Section 4 examples (Scalable DP Bayesian optimisation, Algorithm 1, Fig. 1-2, 4):
     normal location (4.1), Huber regression vs noisy GD (4.2), GP length-scale tuning vs random search and
     GP-UCB (4.3)."""
-    from shared.bench.gibo import EXAMPLES
-    from shared.bench.gibo import main as run
+    from shared.tools.bench.gibo import EXAMPLES
+    from shared.tools.bench.gibo import main as run
 
     run(
         runs=runs,
@@ -207,8 +207,8 @@ def bench_fed(
     """DP-FTS-DE's Section 5 (federated DP Thompson sampling, Algorithms 1-2, Fig. 2-3): TS vs FTS vs FTS-DE
     and the impact of S, q and z with epsilon (PLD / RDP) beside each DP curve, on a synthetic GP federation
     and on SVM tuning over dataset shards."""
-    from shared.bench.fed import SETTINGS
-    from shared.bench.fed import main as run
+    from shared.tools.bench.fed import SETTINGS
+    from shared.tools.bench.fed import main as run
 
     run(
         runs=runs,
@@ -235,7 +235,7 @@ def bench_perf(
 ) -> None:
     """Streaming release vs direct SVD, incremental GP-UCB vs refitting scikit-learn's GPR, the GP-UCB loop
     vs the memory-bandwidth floor."""
-    from shared.bench.perf import main as run
+    from shared.tools.bench.perf import main as run
 
     run(json_path=json_path, n_release=n_release, n_gp=n_gp, seed=seed, n_floor=n_floor, n_large=n_large)
 
@@ -252,7 +252,7 @@ def bench_steps(
     seed: Annotated[int, typer.Option(help="Benchmark seed.")] = 0,
 ) -> None:
     """The modeler's cost of one step of every strategy (and DP-GIBO's curator oracle) at n rows."""
-    from shared.bench.steps import main as run
+    from shared.tools.bench.steps import main as run
 
     run(
         json_path=json_path,
@@ -272,7 +272,7 @@ def bench_service(
     studies: Annotated[int, typer.Option(min=1, help="Studies (each a fresh t = 1..iterations).")] = 3,
 ) -> None:
     """One HTTP iteration (suggest + curator query + observe) on loopback, beyond the GP arithmetic."""
-    from shared.bench.service import main as run
+    from shared.tools.bench.service import main as run
 
     run(json_path=json_path, n=n, iterations=iterations, studies=studies)
 
@@ -304,8 +304,8 @@ def bench_load(
 ) -> None:
     """Concurrent studies x iterations against both services under uvicorn workers: throughput,
     p50/p99 latency, errors, peak RSS; every study reconciled afterwards. Exit 1 on any error."""
-    from shared.bench.load import LoadBenchError, LoadConfig, default_postgres_url
-    from shared.bench.load import main as run
+    from shared.tools.bench.load import LoadBenchError, LoadConfig, default_postgres_url
+    from shared.tools.bench.load import main as run
 
     chosen = database or ["sqlite", "postgresql"]
     unknown = sorted(set(chosen) - {"sqlite", "postgresql"})

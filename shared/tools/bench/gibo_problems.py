@@ -1,4 +1,5 @@
-"""The problems and baselines of ``pobo bench gibo`` (``shared.bench.gibo``): DP-GIBO's Section 4 examples.
+"""The problems and baselines of ``pobo bench gibo`` (``shared.tools.bench.gibo``): DP-GIBO's Section 4
+examples.
 
 Paper: "Scalable Differentially Private Bayesian Optimization" (DP-GIBO), Section 4 and Appendix C:
 

@@ -3,7 +3,7 @@
 Every row is invented by this script from a fixed seed (no real person, no download). Run it again and you
 get the same bytes::
 
-    python -m shared.data.make_demo_dataset            # rewrites shared/data/demo_hospital.csv
+    python -m shared.tools.data.make_demo_dataset            # rewrites shared/tools/data/demo_hospital.csv
 
 Columns: ``patient`` (a synthetic id), seven numeric features in clinical units, and the hidden outcome
 ``recovery_score`` (0-100, higher is better). The score is a smooth function of the features that peaks

@@ -52,13 +52,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shared.bench import gibo_problems as gp
-from shared.bench.pool import map_runs
-from shared.bench.report import markdown_table, rich_table, write_report
 from shared.bo.gibo.kernels import GradKernel, PolynomialKernel, SEKernel
 from shared.bo.gibo.loop import DPGiboResult, run_dp_gibo
 from shared.bo.gibo.losses import gaussian_location, huber_regression
 from shared.bo.gibo.updates import AdaGrad, GradientDescent
+from shared.tools.bench import gibo_problems as gp
+from shared.tools.bench.pool import map_runs
+from shared.tools.bench.report import markdown_table, rich_table, write_report
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -438,7 +438,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shared.bench.synthetic import save_figure
+    from shared.tools.bench.synthetic import save_figure
 
     res = report["results"]
     examples = list(dict.fromkeys(i["example"] for i in res))
@@ -485,7 +485,7 @@ def main(
 ) -> dict[str, Any]:
     from rich.console import Console
 
-    from shared.bench.synthetic import _progress
+    from shared.tools.bench.synthetic import _progress
 
     console = Console()
     with _progress(console, f"DP-GIBO ({len(examples)} examples x {runs})", runs * len(examples)) as advance:

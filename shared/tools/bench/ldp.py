@@ -12,11 +12,11 @@ modeler's ``shared.bo.strategies``, run through their round interface ``initial_
   privatisation (Fig. 2d); moment bound of order 1 + alpha = 2 (alpha = 1): v = B^2 + 3 since
   E[y^2] = f(x)^2 + E[eta^2] <= B^2 + 3 (the paper's choice; c = 3 for the noise alone);
 - ``combined``: input privacy and output privacy together, on pobo's own synthetic problem
-  (``shared.bench.synthetic``: 100 x 100 grid, f ~ GP standardised): the rows are the Gaussian release at
-  eps_in = 1 (delta = 1e-5), the outcomes f + U[-1, 1] go through CTL(eps_out), eps_out in {0.5, 1, 2, 4},
-  beside eps_out = inf (no output noise: plain ``gp-ucb`` with the transfer hyper-parameters). T = 200 by
-  default (``--combined-T``; n = 10 000 candidates per step). B = 4 (units of sigma_y) is *declared from f's
-  scale*: this is a simulation; a real curator declares B from domain knowledge, never from the data.
+  (``shared.tools.bench.synthetic``: 100 x 100 grid, f ~ GP standardised): the rows are the Gaussian
+  release at eps_in = 1 (delta = 1e-5), the outcomes f + U[-1, 1] go through CTL(eps_out), eps_out in {0.5,
+  1, 2, 4}, beside eps_out = inf (no output noise: plain ``gp-ucb`` with the transfer hyper-parameters). T =
+  200 by default (``--combined-T``; n = 10 000 candidates per step). B = 4 (units of sigma_y) is *declared
+  from f's scale*: this is a simulation; a real curator declares B from domain knowledge, never from the data.
 
 The paper's B = max |f| (``se``/``matern``/``student-t``) is likewise a simulation's privilege.
 
@@ -29,10 +29,11 @@ Strategy parameters are the theorems' (``beta_multiplier`` 1, lambda 1, delta 0.
 of f itself); ``--beta-multiplier`` scales every beta of the six strategies. The table compares R_T with the
 expected cumulative regret of uniform random play, T mean(max f - f) (``random_regret_per_step``).
 
-CTL noise is simulated with a seeded numpy generator (``shared.bench.ldp_problems``): clip, then Laplace of
-scale 2 (B + R) / eps, exactly like ``shared.privacy.ctl.CTL``; production answers use OpenDP's sampler
-seeded by the OS (seeds exist in benchmarks only). Paired design: each run draws one f per setting (se, matern
-and student-t share w and s) and one noise sequence, used by every strategy and epsilon of that run.
+CTL noise is simulated with a seeded numpy generator (``shared.tools.bench.ldp_problems``): clip, then
+Laplace of scale 2 (B + R) / eps, exactly like ``shared.privacy.ctl.CTL``; production answers use OpenDP's
+sampler seeded by the OS (seeds exist in benchmarks only). Paired design: each run draws one f per setting
+(se, matern and student-t share w and s) and one noise sequence, used by every strategy and epsilon of that
+run.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from shared.bench.ldp_problems import EPSILON_INPUT, Problem, make_problem, moma_paper_k
-from shared.bench.pool import map_runs
-from shared.bench.report import markdown_table, rich_table, write_report
-from shared.bench.synthetic import DELTA as SYNTHETIC_DELTA
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
+from shared.tools.bench.ldp_problems import EPSILON_INPUT, Problem, make_problem, moma_paper_k
+from shared.tools.bench.pool import map_runs
+from shared.tools.bench.report import markdown_table, rich_table, write_report
+from shared.tools.bench.synthetic import DELTA as SYNTHETIC_DELTA
 
 SETTINGS = ("se", "matern", "student-t", "combined")
 LDP_STRATEGIES = ("ldp-tgp-ucb", "ldp-ata-gp-ucb", "ldp-moma-gp-ucb")
@@ -369,7 +370,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shared.bench.synthetic import save_figure
+    from shared.tools.bench.synthetic import save_figure
 
     res = report["results"]
     panels = list(dict.fromkeys((i["setting"], i["epsilon"]) for i in res if i["setting"] != "combined"))
@@ -441,7 +442,7 @@ def main(
 ) -> dict[str, Any]:
     from rich.console import Console
 
-    from shared.bench.synthetic import _progress
+    from shared.tools.bench.synthetic import _progress
 
     console = Console()
     with _progress(console, f"LDP-BO ({len(settings)} settings x {runs})", runs * len(settings)) as advance:
