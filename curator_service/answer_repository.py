@@ -15,7 +15,17 @@ from typing import Any, cast
 from sqlalchemy import Engine, Table, bindparam, insert, select
 
 from curator_service import querylog
-from curator_service.models import AccessLog, Dataset, Grant, OutputCharge, Partner, Query, Release, utcnow
+from curator_service.models import (
+    AccessLog,
+    Dataset,
+    Grant,
+    OutputCharge,
+    Partner,
+    PartnerToken,
+    Query,
+    Release,
+    utcnow,
+)
 from curator_service.repository import CHARGE_QUOTA
 from shared.servicekit.driver_sql import DriverStatement, PerEngine
 
@@ -24,13 +34,16 @@ __all__ = ["AnswerStatements", "statements"]
 _P, _R, _D = (cast(Table, m.__table__) for m in (Partner, Release, Dataset))
 _G, _Q = cast(Table, Grant.__table__), cast(Table, Query.__table__)
 _C, _A = cast(Table, OutputCharge.__table__), cast(Table, AccessLog.__table__)
+_T = cast(Table, PartnerToken.__table__)
 
-#: The partner with this token digest, the release if granted to it, its chain head and what answering
-#: from its dataset's outcome column needs: one row, or none (no such partner, release or grant).
+#: The partner holding a token with this digest (and the token's revocation), the release if granted to
+#: it, its chain head and what answering from its dataset's outcome column needs: one row, or none (no such
+#: token, release or grant).
 PARTNER_AND_GRANTED_RELEASE = (
     select(
         _P.c.id.label("partner_id"),
-        _P.c.token_hash,
+        _T.c.token_hash,
+        _T.c.revoked_at.label("token_revoked_at"),
         _P.c.revoked_at,
         _P.c.output_privacy,
         _R.c.n,
@@ -44,11 +57,12 @@ PARTNER_AND_GRANTED_RELEASE = (
         _D.c.outcomes_sha256,
     )
     .select_from(
-        _P.join(_G, (_G.c.partner_id == _P.c.id) & (_G.c.release_id == bindparam("release_id")))
+        _T.join(_P, _P.c.id == _T.c.partner_id)
+        .join(_G, (_G.c.partner_id == _P.c.id) & (_G.c.release_id == bindparam("release_id")))
         .join(_R, _R.c.id == _G.c.release_id)
         .join(_D, _D.c.id == _R.c.dataset_id)
     )
-    .where(_P.c.token_hash == bindparam("token_hash"))
+    .where(_T.c.token_hash == bindparam("token_hash"))
 )
 INSERT_PENDING = (
     insert(_Q)

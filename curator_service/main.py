@@ -36,7 +36,6 @@ from curator_service.console import build_console
 from curator_service.console.upload_limit import UPLOAD_PATH as CONSOLE_UPLOAD_PATH
 from curator_service.console.upload_limit import ConsoleUploadLimit
 from curator_service.db import Database
-from curator_service.exceptions import CuratorError
 from curator_service.services import datasets as dataset_service
 from curator_service.services import queries as query_service
 from curator_service.services.access_log import PendingEntry
@@ -307,7 +306,6 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     install_error_handlers(
         app,
         logger=logger,
-        service_error=CuratorError,
         library_errors={InputDataError: 422, PrivacyBudgetExceeded: 409},
         unavailable_detail="the database is unavailable or busy; retry shortly",
         database_error_detail="internal database error; see the curator's log",

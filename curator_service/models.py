@@ -164,13 +164,12 @@ class LedgerEntry(Base):
 
 
 class Partner(Base):
-    """A partner (the modeler): a hashed bearer token, grants and a query quota."""
+    """A partner (the modeler): hashed bearer tokens (``PartnerToken``), grants and a query quota."""
 
     __tablename__ = "curator_partners"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     max_queries: Mapped[int]
     queries_used: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -178,6 +177,20 @@ class Partner(Base):
     #: Output privacy of every outcome answered to this partner (``services.outputs.OutputPolicy`` as a
     #: dict: epsilon, B, R, fresh_repeats, max_epsilon_per_row, store_raw, charged_epsilon); NULL: raw y.
     output_privacy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class PartnerToken(Base):
+    """One bearer token of a partner, stored as its sha256 (migration 0007): a partner may hold several at
+    once, so a new token can be handed over before the old one is revoked. A token authenticates while
+    neither it nor its partner is revoked."""
+
+    __tablename__ = "curator_partner_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
 
 
 class Grant(Base):

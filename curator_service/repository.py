@@ -22,6 +22,7 @@ from curator_service.models import (
     Grant,
     LedgerEntry,
     Partner,
+    PartnerToken,
     Population,
     Query,
     Release,
@@ -229,11 +230,25 @@ def get_partner(session: Session, partner_id: int) -> Partner | None:
     return session.get(Partner, partner_id)
 
 
-_PARTNER_BY_TOKEN_HASH = select(Partner).where(Partner.token_hash == bindparam("token_hash"))
+_PARTNER_BY_TOKEN_HASH = (
+    select(Partner, PartnerToken)
+    .join(PartnerToken, PartnerToken.partner_id == Partner.id)
+    .where(PartnerToken.token_hash == bindparam("token_hash"))
+)
 
 
-def get_partner_by_token_hash(session: Session, token_hash: str) -> Partner | None:
-    return session.scalars(_PARTNER_BY_TOKEN_HASH, {"token_hash": token_hash}).one_or_none()
+def get_partner_by_token_hash(session: Session, token_hash: str) -> tuple[Partner, PartnerToken] | None:
+    """The partner holding the token with this digest, and the token's row (revoked or not)."""
+    row = session.execute(_PARTNER_BY_TOKEN_HASH, {"token_hash": token_hash}).one_or_none()
+    return None if row is None else (row[0], row[1])
+
+
+def partner_tokens(session: Session, partner_id: int) -> list[PartnerToken]:
+    return list(
+        session.scalars(
+            select(PartnerToken).where(PartnerToken.partner_id == partner_id).order_by(PartnerToken.id)
+        )
+    )
 
 
 def list_partners(session: Session) -> Sequence[Partner]:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from curator_service.exceptions import StorageCorrupted
+from shared.files import fsync_dir
 
 logger = logging.getLogger(__name__)
 
@@ -38,17 +39,6 @@ def sha256_file(path: Path) -> str:
         while chunk := fh.read(_HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _npy_header(shape: tuple[int, ...], total: int | None = None) -> bytes:
@@ -128,7 +118,7 @@ class NpyStreamWriter:
             os.fsync(fh.fileno())
         digest = sha256_file(self.tmp_path)
         os.replace(self.tmp_path, self.final_path)
-        _fsync_dir(self.final_path.parent)
+        fsync_dir(self.final_path.parent)
         return digest
 
     def abort(self) -> None:
@@ -200,7 +190,7 @@ class ArrayStore:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -1,48 +1,46 @@
-"""Errors of the modeler's use cases; ``shared.servicekit.handlers`` answers each with its HTTP status."""
+"""Errors of the modeler's use cases; ``shared.servicekit.handlers`` answers each with its HTTP status.
+
+The errors both services raise (``NotFound``, ``Conflict``, ``Unauthorized``, ``Forbidden``,
+``QuotaExceeded``) are ``shared.servicekit.exceptions``'s, re-exported here; the modeler's own follow.
+"""
 
 from __future__ import annotations
 
-from shared.errors import PoboError
-from shared.servicekit.exceptions import ServiceError
+from shared.servicekit.exceptions import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    QuotaExceeded,
+    ServiceError,
+    Unauthorized,
+)
+
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "ModelerError",
+    "NotFound",
+    "QuotaExceeded",
+    "StorageError",
+    "Unauthorized",
+    "Unprocessable",
+    "UpstreamError",
+]
+
+#: Any error of the modeler's use cases, the shared ones included: the modeler's name for servicekit's
+#: base class (``except ModelerError`` catches every error the API answers with its own status).
+ModelerError = ServiceError
 
 
-class ModelerError(ServiceError, PoboError):
-    """Base class of the modeler's errors; ``status_code`` is the HTTP status the API answers with."""
-
-
-class NotFound(ModelerError):
-    status_code = 404
-
-
-class Conflict(ModelerError):
-    """The study is not in a state that allows the request (running, done, awaiting a measurement)."""
-
-    status_code = 409
-
-
-class QuotaExceeded(ModelerError):
-    """The curator refuses further queries: the partner's quota is used up."""
-
-    status_code = 429
-
-
-class Unprocessable(ModelerError):
+class Unprocessable(ServiceError):
     status_code = 422
 
 
-class UpstreamError(ModelerError):
+class UpstreamError(ServiceError):
     """The curator failed or answered something inconsistent (sha256 mismatch, wrong row)."""
 
     status_code = 502
 
 
-class StorageError(ModelerError):
+class StorageError(ServiceError):
     status_code = 503
-
-
-class Unauthorized(ModelerError):
-    status_code = 401
-
-
-class Forbidden(ModelerError):
-    status_code = 403

@@ -24,8 +24,7 @@ from modeler_service.config import Settings
 from modeler_service.console import build_console
 from modeler_service.context import ClientFactory, Context, default_client_factory
 from modeler_service.db import Database, transaction
-from modeler_service.exceptions import ModelerError
-from modeler_service.federation_closer import RoundCloser
+from modeler_service.federations.closer import RoundCloser
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.bo.factor import set_default_spill_directory
@@ -190,7 +189,6 @@ def create_app(
     install_error_handlers(
         app,
         logger=log,
-        service_error=ModelerError,
         library_errors={InputDataError: 422, StrategyError: 409, PoboError: 400},
         unavailable_detail="the database is unavailable; retry shortly",
         unexpected_detail="internal server error; see the modeler log",

@@ -10,7 +10,6 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from modeler_service.models import AuditEntry, Study, utcnow
-from shared.bo.strategies import Answer, GradientAnswer, RowRequest, gradient_answer_from_record
 
 #: Statuses in which a runner (thread) owns the study.
 #: A runner owns the study (a second run is a 409; a restart makes it ``ready`` again).
@@ -143,24 +142,23 @@ def set_pending_round(session: Session, study_id: str, pending: dict[str, Any], 
 # ------------------------------------------------------------------------------------------------- audit
 
 
-def rounds(session: Session, study_id: str, *, after_round: int = 0) -> list[list[Answer | GradientAnswer]]:
-    """Every recorded round (with ``round > after_round``) as the strategy observed it, in order: the
-    state the strategy is rebuilt from (a row's outcome; a gradient step rebuilt from its ``details``)."""
+def audit_rounds(
+    session: Session, study_id: str, *, after_round: int = 0
+) -> list[list[tuple[str, int | None, float | None, dict[str, Any] | None]]]:
+    """Every recorded round (with ``round > after_round``), in order: each audit entry's kind, row index,
+    y and details (what the entry's request kind rebuilds the strategy's observation from)."""
     rows = session.execute(
         select(AuditEntry.round, AuditEntry.kind, AuditEntry.row_index, AuditEntry.y, AuditEntry.details)
         .where(AuditEntry.study_id == study_id, AuditEntry.round > after_round)
         .order_by(AuditEntry.seq)
     )
-    out: list[list[Answer | GradientAnswer]] = []
+    out: list[list[tuple[str, int | None, float | None, dict[str, Any] | None]]] = []
     current = None
     for round_no, kind, index, y, details in rows:
         if round_no != current:
             out.append([])
             current = round_no
-        if kind == "gradient":
-            out[-1].append(gradient_answer_from_record(details or {}))
-        else:
-            out[-1].append(Answer(RowRequest(int(index), details or {}), float(y)))  # kind "row": both set
+        out[-1].append((kind, index, y, details))
     return out
 
 

@@ -1,5 +1,6 @@
-"""A study's results: the audit log (JSON, CSV, verification) and the progress plot (a release study: best
-value so far per query; a gradient-oracle study: the path of theta, one line per coordinate)."""
+"""A study's results: the audit log (JSON, CSV, verification) and the progress plot (by default the best
+value so far per query; a request kind may draw its own, e.g. the path of theta of a gradient-oracle
+study)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
 from modeler_service.audit import verify_chain
+from modeler_service.kinds import kind_of
 from modeler_service.models import AuditEntry
 from modeler_service.rounds import v1_numbers
 from modeler_service.schemas import (
@@ -23,10 +25,6 @@ from modeler_service.schemas import (
     AuditVerification,
 )
 from modeler_service.service import get_study
-from shared.bo.strategies import get_strategy
-
-#: Coordinates of theta drawn in a gradient study's plot (the first ones; the title says how many in all).
-PLOT_COORDINATES = 10
 
 #: Rendered plots kept per process, keyed by what they show (``_plot_key``); the oldest is dropped first.
 PLOT_CACHE_SIZE = 64
@@ -157,8 +155,7 @@ def _render(session: Session, study: Any) -> bytes:
     study_id = study.id
     fig = Figure(figsize=(6.4, 4.0), dpi=100)
     ax = fig.add_subplot()
-    if get_strategy(study.strategy).runs_on == "gradient-oracle":
-        _theta_path(ax, study.id, study.strategy, study.gradient_oracle_id, theta_path(session, study_id))
+    if kind_of(study).plot(ax, session, study):
         return _png(fig)
     y = np.array(repo.outcomes(session, study_id), dtype=np.float64)
     it = np.arange(1, y.size + 1)
@@ -170,45 +167,10 @@ def _render(session: Session, study: Any) -> bytes:
         ax.text(0.5, 0.5, "no observations yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("query")
     ax.set_ylabel("y")
-    ax.set_title(
-        f"study {study.id[:8]}: {study.strategy} on release {study.release_id} (n={study.n}, r={study.r})"
-    )
+    target = kind_of(study).target_label(study)
+    ax.set_title(f"study {study.id[:8]}: {study.strategy} on {target} (n={study.n}, r={study.r})")
     ax.grid(alpha=0.3)
     return _png(fig)
-
-
-def theta_path(session: Session, study_id: str) -> list[list[float]]:
-    """theta^(0), theta^(1), ... of a gradient-oracle study, from its audit entries' ``theta`` and
-    ``theta_next`` (empty before the first step)."""
-    path: list[list[float]] = []
-    for e in repo.audit_entries(session, study_id):
-        details = e.details or {}
-        if e.kind != "gradient" or "theta" not in details or "theta_next" not in details:
-            continue
-        if not path:
-            path.append([float(v) for v in details["theta"]])
-        path.append([float(v) for v in details["theta_next"]])
-    return path
-
-
-def _theta_path(
-    ax: Any, study_id: str, strategy: str, oracle_id: int | None, path: list[list[float]]
-) -> None:
-    thetas = np.asarray(path, dtype=np.float64)
-    if thetas.size:
-        d = thetas.shape[1]
-        steps = np.arange(thetas.shape[0])
-        for k in range(min(d, PLOT_COORDINATES)):
-            ax.plot(steps, thetas[:, k], marker="o", ms=3, lw=1.5, label=f"theta[{k}]")
-        ax.legend(loc="best", fontsize="small")
-        shown = f"d={d}" if d <= PLOT_COORDINATES else f"first {PLOT_COORDINATES} of d={d}"
-    else:
-        ax.text(0.5, 0.5, "no steps yet", ha="center", va="center", transform=ax.transAxes)
-        shown = "no steps"
-    ax.set_xlabel("step")
-    ax.set_ylabel("theta")
-    ax.set_title(f"study {study_id[:8]}: {strategy} on gradient oracle {oracle_id} ({shown})")
-    ax.grid(alpha=0.3)
 
 
 def _png(fig: Any) -> bytes:

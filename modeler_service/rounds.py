@@ -7,10 +7,9 @@ flight) and its audit entries, which double as the observations the strategy is 
 the number of rounds it has observed; any mismatch (a restart, another worker) catches up or rebuilds from
 the database. This module knows strategies only through the registry interface.
 
-Two request kinds travel the same way: a row request (``POST /v1/releases/{id}/queries``; its answer a
-``QueryPublic``) and a gradient request (``POST /v1/gradient-oracles/{id}/steps`` with the body written
-ahead in the intent; its answer a ``GradientStepResult``, recorded with index and y null, the step number
-as curator query id and the step's inputs, the noisy gradient and the strategy's outcome in ``details``).
+Every request travels the same way whatever its kind: the request kind (``modeler_service.kinds``) writes
+it ahead, decodes the curator's answer into what the strategy observes and into its audit entry, and shows
+it; this module never looks inside a request or an answer.
 """
 
 from __future__ import annotations
@@ -22,74 +21,44 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
+from modeler_service import round_sql
 from modeler_service.audit import HASH_VERSION, entry_hash
-from modeler_service.context import Context, StudyFacts
-from modeler_service.exceptions import Conflict, StorageError, UpstreamError
+from modeler_service.context import Context
+from modeler_service.exceptions import Conflict, StorageError
+from modeler_service.kinds import PlannedRequest, StudyFacts, facts_of, kind_named
 from modeler_service.models import AuditEntry, Study, utcnow
 from modeler_service.round_sql import RoundWriter
 from modeler_service.schemas import RoundQuery
-from shared.bo.strategies import (
-    Answer,
-    GradientAnswer,
-    GradientRequest,
-    RoundOutcome,
-    RowRequest,
-    Strategy,
-    get_strategy,
-    gradient_record,
-    parse_params,
-    round_rng,
-)
+from shared.bo.strategies import RoundOutcome, Strategy, get_strategy, parse_params, round_rng
 from shared.errors import StrategyError
 from shared.protocol.keys import request_key
-from shared.protocol.schemas import GradientStepResult, QueryPublic
+from shared.servicekit.db import Database
 
-#: The curator's answer to one request: a row query, or a gradient oracle's step.
-CuratorAnswer = QueryPublic | GradientStepResult
+__all__ = [
+    "CuratorAnswer",
+    "PlannedRequest",
+    "RoundIntent",
+    "answers_of",
+    "is_complete",
+    "public_query",
+]
+
+#: The curator's answer to one request, as its kind's client call returns it (opaque here).
+CuratorAnswer = Any
 
 
-def is_complete(answer: CuratorAnswer) -> bool:
-    """A gradient step is answered at once; a row query may wait for a measurement."""
-    return not isinstance(answer, QueryPublic) or answer.status == "complete"
+def is_complete(request: PlannedRequest, answer: CuratorAnswer) -> bool:
+    """Whether the curator's answer to ``request`` is final (a measurement may still be awaited)."""
+    return kind_named(request.kind).is_complete(answer)
 
 
-@dataclass(frozen=True)
-class PlannedRequest:
-    """One request of the round in flight, as written ahead: what to ask, why, with which key."""
-
-    request: int
-    kind: str
-    index: int | None
-    details: dict[str, Any]
-    key: str
-    query_id: int | None = None
-    body: dict[str, Any] | None = None  # a gradient request: the step's body, re-sent as is after a crash
-
-    def public(self, query: CuratorAnswer | None) -> RoundQuery:
-        if isinstance(query, GradientStepResult):
-            return RoundQuery(
-                request=self.request,
-                kind="gradient",
-                index=None,
-                status="complete",
-                y=None,
-                curator_query_id=query.step,
-                details={**self.details, "gradient": list(query.gradient), "steps_left": query.steps_left},
-            )
-        answered = query is not None and query.status == "complete"
-        status = "not_sent" if query is None and self.query_id is None else "pending"
-        return RoundQuery(
-            request=self.request,
-            kind=self.kind,  # type: ignore[arg-type]
-            index=self.index,
-            status="complete" if answered else status,  # type: ignore[arg-type]
-            y=query.y if answered and query is not None else None,
-            curator_query_id=query.id if query is not None else self.query_id,
-            details=self.details,
-        )
+def public_query(request: PlannedRequest, answer: CuratorAnswer | None) -> RoundQuery:
+    """A request of a round and its answer so far, as its kind shows it."""
+    return kind_named(request.kind).public(request, answer)
 
 
 @dataclass(frozen=True)
@@ -110,13 +79,11 @@ class RoundIntent:
         return {"round": self.round, "requests": [r.__dict__ for r in self.requests]}
 
     def with_query_ids(self, queries: Sequence[CuratorAnswer]) -> RoundIntent:
-        return replace(
-            self,
-            requests=tuple(
-                replace(r, query_id=q.id) if isinstance(q, QueryPublic) else r
-                for r, q in zip(self.requests, queries, strict=True)
-            ),
-        )
+        requests = []
+        for r, q in zip(self.requests, queries, strict=True):
+            query_id = kind_named(r.kind).query_id(q)
+            requests.append(replace(r, query_id=query_id) if query_id is not None else r)
+        return replace(self, requests=tuple(requests))
 
 
 #: Numbers a strategy may report in ``details`` that API v1 publishes as fields of their own (a step's and
@@ -167,14 +134,14 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy[Any, 
     state = ctx.state(study)
     with state.lock:
         if state.strategy is not None and 0 <= state.n_rounds < study.rounds_done:
-            missing = repo.rounds(session, study.id, after_round=state.n_rounds)
+            missing = recorded_rounds(session, study.id, after_round=state.n_rounds)
             if len(missing) == study.rounds_done - state.n_rounds:
                 for answers in missing:
                     state.strategy.observe(answers)
                 state.n_rounds, state.n_queries = study.rounds_done, study.iterations_done
                 return state.strategy
         if state.strategy is None or state.n_rounds != study.rounds_done:
-            rounds = repo.rounds(session, study.id)
+            rounds = recorded_rounds(session, study.id)
             recorded = sum(len(r) for r in rounds)
             if len(rounds) != study.rounds_done or recorded != study.iterations_done:
                 raise StorageError(
@@ -192,7 +159,7 @@ def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> 
     with ctx.state(study).lock:  # no observe() of this study's strategy while it plans
         strategy = strategy_for(session, ctx, study)
         planned = strategy.plan(budget=budget, rng=round_rng(study.seed, round_no))
-    return _intent(StudyFacts.of(study), round_no, planned, budget)
+    return _intent(facts_of(study), round_no, planned, budget)
 
 
 @dataclass(frozen=True)
@@ -238,19 +205,13 @@ def _intent(facts: StudyFacts, round_no: int, planned: Sequence[Any], budget: in
     requests = []
     kinds = get_strategy(facts.strategy).kinds
     for j, req in enumerate(planned):
-        key = request_key(facts.id, round_no, j)
+        name = getattr(req, "kind", None)
+        if name not in kinds:
+            raise StrategyError(f"strategy {facts.strategy!r} planned an invalid request {req!r}")
         details = _json_safe(dict(req.details))
         json.dumps(details, allow_nan=False)  # fails here rather than in the audit chain
-        if isinstance(req, RowRequest) and "row" in kinds and 0 <= int(req.index) < facts.n:
-            requests.append(PlannedRequest(j, "row", int(req.index), details, key))
-        elif (
-            isinstance(req, GradientRequest) and "gradient" in kinds and facts.gradient_oracle_id is not None
-        ):
-            body = req.body()
-            json.dumps(body, allow_nan=False)
-            requests.append(PlannedRequest(j, "gradient", None, details, key, body=body))
-        else:
-            raise StrategyError(f"strategy {facts.strategy!r} planned an invalid request {req!r}")
+        key = request_key(facts.id, round_no, j)
+        requests.append(kind_named(str(name)).plan(facts, req, j, details, key))
     return RoundIntent(round_no, tuple(requests))
 
 
@@ -293,19 +254,35 @@ def _checked_outcome(study: Study, intent: RoundIntent, outcome: RoundOutcome) -
 
 
 def save_intent(
-    session: Session, study: Study, intent: RoundIntent, *, run_target: int | None = None
-) -> None:
-    """Write-ahead: the round about to be sent and the numbers that chose it (in the reading transaction).
-
-    ``run_target``: a synchronous step ends after this round (so a background wait for a manual
-    measurement stops there too).
-    """
+    session: Session,
+    study: Study,
+    intent: RoundIntent,
+    *,
+    claim_from: Sequence[str] | None = None,
+    run_target: int | None = None,
+) -> Study:
+    """Write-ahead: the round about to be sent and the numbers that chose it, in the reading transaction,
+    with the very statement a round planned from the cache is written with
+    (``round_sql.RoundWriter.write_planned_round``). ``claim_from``: a synchronous step also claims the
+    study (``running``, with ``run_target``: the step ends after this round, so a background wait for a
+    manual measurement stops there too). Returns the study as written."""
     if study.pending_round is not None or study.rounds_done != intent.round - 1:
         raise Conflict(f"study {study.id} changed while round {intent.round} was being planned")
-    study.pending_round = intent.to_json()
-    if run_target is not None:
-        study.run_target = run_target
-    study.updated_at = utcnow()
+    bind = session.get_bind()
+    assert isinstance(bind, Engine)
+    with Database.session_cursor(session) as cur:
+        written = RoundWriter(round_sql.statements(bind), cur).write_planned_round(
+            study.id,
+            intent=intent.to_json(),
+            rounds_done=study.rounds_done,
+            iterations_done=study.iterations_done,
+            iterations_total=study.iterations_total,
+            claim_from=claim_from,
+            run_target=run_target,
+        )
+    if written is None:
+        raise Conflict(f"study {study.id} changed while round {intent.round} was being planned")
+    return written
 
 
 def record_round(
@@ -327,22 +304,16 @@ def record_round(
     used, else ``ready``). ``outcome``: the strategy's numbers for the round (``round_outcome``): merged
     into each entry's details, and its point (a gradient study's theta) stored on the study.
     """
-    for query in queries:
-        if isinstance(query, QueryPublic) and (query.y is None or query.status != "complete"):
-            raise UpstreamError(f"query {query.id} has no outcome yet")
     extras = outcome.details if outcome is not None else tuple({} for _ in queries)
+    recorded = [
+        kind_named(req.kind).record(req, query, extra)
+        for req, query, extra in zip(intent.requests, queries, extras, strict=True)
+    ]
     entries: list[AuditEntry] = []
     head = study.audit_head
     best = (study.best_index, study.best_y)
     now = utcnow()
-    for req, query, extra in zip(intent.requests, queries, extras, strict=True):
-        if isinstance(query, GradientStepResult):
-            answer = _gradient_answer(req, query)
-            y, query_id = None, int(query.step)
-            details = _json_safe(gradient_record(answer, extra))
-        else:
-            y, query_id = float(query.y), int(query.id)  # type: ignore[arg-type]
-            details = _json_safe({**req.details, **extra}) if extra else req.details
+    for req, rec in zip(intent.requests, recorded, strict=True):
         entry = AuditEntry(
             study_id=study.id,
             seq=study.iterations_done + 1 + req.request,
@@ -350,10 +321,10 @@ def record_round(
             round=intent.round,
             request=req.request,
             kind=req.kind,
-            row_index=req.index,
-            y=y,
-            details=details,
-            curator_query_id=query_id,
+            row_index=rec.index,
+            y=rec.y,
+            details=_json_safe(rec.details),
+            curator_query_id=rec.curator_query_id,
             hash_version=HASH_VERSION,
             prev_hash=head,
         )
@@ -390,28 +361,18 @@ def record_round(
     return entries
 
 
-def _gradient_answer(req: PlannedRequest, result: GradientStepResult) -> GradientAnswer:
-    body = req.body or {}
-    request = GradientRequest(
-        theta=tuple(float(v) for v in body["theta"]),
-        points=tuple(tuple(float(v) for v in p) for p in body["points"]),
-        kernel=dict(body["kernel"]),
-        noise_var=float(body["noise_var"]),
-        jitter=float(body["jitter"]),
-        details=req.details,
-    )
-    return GradientAnswer(request, tuple(float(v) for v in result.gradient), int(result.step))
+def answers_of(intent: RoundIntent, queries: Sequence[CuratorAnswer]) -> list[Any]:
+    """The round's answers as its strategy observes them, each decoded by its request's kind."""
+    return [kind_named(r.kind).answer(r, q) for r, q in zip(intent.requests, queries, strict=True)]
 
 
-def answers_of(intent: RoundIntent, queries: Sequence[CuratorAnswer]) -> list[Answer | GradientAnswer]:
-    """The round's answers as its strategy observes them (a row's outcome, or a gradient step's)."""
-    out: list[Answer | GradientAnswer] = []
-    for r, q in zip(intent.requests, queries, strict=True):
-        if isinstance(q, GradientStepResult):
-            out.append(_gradient_answer(r, q))
-        else:
-            out.append(Answer(RowRequest(int(r.index), r.details), float(q.y)))  # type: ignore[arg-type]
-    return out
+def recorded_rounds(session: Session, study_id: str, *, after_round: int = 0) -> list[list[Any]]:
+    """Every recorded round (with ``round > after_round``) as the strategy observed it, in order: the
+    state the strategy is rebuilt from, each audit entry decoded by its kind."""
+    return [
+        [kind_named(kind).from_record(index, y, details or {}) for kind, index, y, details in entries]
+        for entries in repo.audit_rounds(session, study_id, after_round=after_round)
+    ]
 
 
 def observe_cached(

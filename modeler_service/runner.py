@@ -5,10 +5,11 @@ One round, in short transactions around the two slow parts (the strategy's arith
     plan the round with the cached strategy (else: read study; if no intent: plan it)   -- no lock held
     tx: claim, check the plan against the row (moved: roll back, plan from a read as above), write-ahead
         intent (round, requests, their numbers and Idempotency-Keys)   -- survives a crash
-    curator: POST /v1/releases/{id}/queries per row request, or POST /v1/gradient-oracles/{id}/steps with
-             the body written ahead per gradient request; Idempotency-Key = shared.protocol.keys.request_key
-             (a "manual" dataset: pending queries; the study is awaiting_measurement and long-polls
-             GET /v1/queries/{id}?wait= until every request of the round is measured, in any order)
+    curator: each request sent by its kind (modeler_service.kinds: a row's POST /v1/releases/{id}/queries,
+             a gradient step's POST /v1/gradient-oracles/{id}/steps with the body written ahead);
+             Idempotency-Key = shared.protocol.keys.request_key (a "manual" dataset: pending queries; the
+             study is awaiting_measurement and its kind long-polls until every request of the round is
+             measured, in any order)
     the strategy's outcome of the round (Strategy.outcome: e.g. DP-GIBO's theta_next; no state change)
     tx: the round's audit entries + counters, intent cleared   -- one transaction
     observe (strategy, in the cache)
@@ -30,21 +31,19 @@ import threading
 import time
 from datetime import timedelta
 
-from sqlalchemy.orm import Session
-
 from modeler_service import repository as repo
 from modeler_service import round_sql, rounds, service
 from modeler_service.context import Context, NotClaimed, upstream
 from modeler_service.db import driver_transaction, transaction
-from modeler_service.exceptions import Conflict, ModelerError, UpstreamError
+from modeler_service.exceptions import Conflict, ModelerError
+from modeler_service.kinds import kind_named
 from modeler_service.models import Study, utcnow
 from modeler_service.retry import curator_cause, delay_seconds, is_transient
 from modeler_service.round_sql import RoundWriter
-from modeler_service.rounds import CuratorAnswer, PlannedRequest, RoundIntent, is_complete
+from modeler_service.rounds import CuratorAnswer, PlannedRequest, RoundIntent, is_complete, public_query
 from modeler_service.schemas import RunAccepted, StepResult, StepTimings
 from shared.errors import PoboError
 from shared.protocol.client import CuratorClient, CuratorError
-from shared.protocol.schemas import QueryPublic
 
 log = logging.getLogger("pobo.modeler.runner")
 
@@ -87,7 +86,7 @@ class Stepper:
                 queries.append(self._send(client, study, req, what))
         except CuratorError as exc:
             raise upstream(exc, what) from exc
-        if not all(is_complete(q) for q in queries):
+        if not all(is_complete(r, q) for r, q in zip(intent.requests, queries, strict=True)):
             # the round waits for a measurement: its query ids join the intent (shown in the study, and
             # the wait is resumed by id); an answered round goes straight to its record below
             intent = intent.with_query_ids(queries)
@@ -100,14 +99,15 @@ class Stepper:
             log.info(
                 "%s: awaiting the curator's measurement of %d queries",
                 what,
-                sum(not is_complete(q) for q in queries),
+                sum(not is_complete(r, q) for r, q in zip(intent.requests, queries, strict=True)),
             )
-            for j, query in enumerate(queries):
-                while isinstance(query, QueryPublic) and query.status != "complete":
+            for j, (req, query) in enumerate(zip(intent.requests, queries, strict=True)):
+                kind = kind_named(req.kind)
+                while not kind.is_complete(query):
                     if stop is not None and stop.is_set():
                         return None
                     try:
-                        query = client.get_query(query.id, wait=ctx.settings.poll_seconds)
+                        query = kind.wait(client, query, ctx.settings.poll_seconds)
                     except CuratorError as exc:
                         if stop is not None and stop.is_set():
                             return None
@@ -177,61 +177,28 @@ class Stepper:
                 proposal = rounds.plan_round(session, ctx, study, budget=_budget(study, settle_at, claim))
                 plan_s += time.perf_counter() - t0
         with transaction(ctx.db) as session:
-            study = self._claim(session, study_id, claim)
+            study = service.claimable(session, study_id) if claim else service.get_study(session, study_id)
             intent = RoundIntent.of(study)
-            if intent is None:
-                _check_budget_left(study)
-                budget = _budget(study, settle_at, claim)
-                if (
-                    proposal is None
-                    or proposal.round != study.rounds_done + 1
-                    or len(proposal.requests) > budget
-                ):
-                    t0 = time.perf_counter()  # the study moved since it was read: plan again
-                    proposal = rounds.plan_round(session, ctx, study, budget=budget)
-                    plan_s += time.perf_counter() - t0
-                intent = proposal
-                target = study.iterations_done + len(intent.requests) if claim else None
-                rounds.save_intent(session, study, intent, run_target=target)
-        return study, intent, plan_s
+            if intent is not None:
+                if claim:
+                    study = service.claim_step(session, study)
+                return study, intent, plan_s
+            _check_budget_left(study)
+            budget = _budget(study, settle_at, claim)
+            if proposal is None or proposal.round != study.rounds_done + 1 or len(proposal.requests) > budget:
+                t0 = time.perf_counter()  # the study moved since it was read: plan again
+                proposal = rounds.plan_round(session, ctx, study, budget=budget)
+                plan_s += time.perf_counter() - t0
+            target = study.iterations_done + len(proposal.requests) if claim else None
+            claim_from = service.STARTABLE if claim else None
+            study = rounds.save_intent(session, study, proposal, claim_from=claim_from, run_target=target)
+        return study, proposal, plan_s
 
     @staticmethod
-    def _claim(session: Session, study_id: str, claim: bool) -> Study:
-        """The study under its write lock (claimed for this one round with ``claim``)."""
-        return service.claim_step(session, study_id) if claim else service.get_study(session, study_id)
-
-    def _send(self, client: CuratorClient, study: Study, req: PlannedRequest, what: str) -> CuratorAnswer:
-        """One request of the round to the curator (a repeat of a sent one returns the curator's record)."""
-        if req.kind == "gradient":
-            if study.gradient_oracle_id is None or req.body is None:
-                raise UpstreamError(
-                    f"{what}: a gradient request needs the study's gradient oracle and a body"
-                )
-            result = client.gradient_step(study.gradient_oracle_id, req.body, idempotency_key=req.key)
-            dimension = len(req.body["theta"])
-            if len(result.gradient) != dimension:
-                raise UpstreamError(
-                    f"{what}: gradient oracle {study.gradient_oracle_id} answered step {result.step} with "
-                    f"{len(result.gradient)} numbers, but theta has {dimension}"
-                )
-            return result
-        if study.release_id is None or req.index is None:  # a row request always names its row
-            raise UpstreamError(f"{what}: a row request needs the study's release and a row index")
-        if req.query_id is not None:
-            query = client.get_query(req.query_id)
-        else:
-            query = client.create_query(study.release_id, req.index, idempotency_key=req.key)
-        self._check(study.release_id, req, query, what)
-        return query
-
-    @staticmethod
-    def _check(release_id: int, req: PlannedRequest, query: QueryPublic, what: str) -> None:
-        if query.index != req.index or query.release_id != release_id:
-            raise UpstreamError(
-                f"{what}: the curator answered query {query.id} for release {query.release_id} row "
-                f"{query.index}, but row {req.index} of release {release_id} was asked (a reused "
-                "Idempotency-Key?)"
-            )
+    def _send(client: CuratorClient, study: Study, req: PlannedRequest, what: str) -> CuratorAnswer:
+        """One request of the round to the curator, sent by its kind (a repeat of a sent one returns the
+        curator's record)."""
+        return kind_named(req.kind).send(client, study, req, what)
 
     @staticmethod
     def _result(
@@ -243,7 +210,7 @@ class Stepper:
         db_s: float,
         t_start: float,
     ) -> StepResult:
-        public = [req.public(q) for req, q in zip(intent.requests, queries, strict=True)]
+        public = [public_query(req, q) for req, q in zip(intent.requests, queries, strict=True)]
         complete = all(q.status == "complete" for q in public)
         single = public[0] if len(public) == 1 else None
         details = single.details if single is not None else {}

@@ -7,15 +7,28 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from shared.bo.strategies import REGISTRY
-from shared.protocol.schemas import Request
+from shared.bo.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
+from shared.protocol.schemas import GradientOracleInfo, Request
 
 StudyStatus = Literal["ready", "running", "awaiting_measurement", "waiting_for_curator", "done", "failed"]
-StrategyName = Literal.__getitem__(tuple(sorted(REGISTRY)))
 
 #: API v1 named these parameters at the top level of a study (they were GP-UCB's); they remain shorthands
 #: for the ``strategy_params`` key of the same name, for the strategies that take it.
 TOP_LEVEL_PARAMS = ("delta_prime", "hyperparameters", "initial_points", "exclude_queried")
+
+
+def target_field(runs_on: str) -> str:
+    """The ``StudyCreate`` field naming what a strategy runs on (``Strategy.runs_on``): ``<runs_on>_id``."""
+    return runs_on.replace("-", "_") + "_id"
+
+
+def _registry_enum(schema: dict[str, Any]) -> None:
+    """The JSON schema of a strategy name: the registry's names when the schema is generated."""
+    schema["enum"] = sorted(REGISTRY)
+
+
+def _words(runs_on: str) -> str:
+    return runs_on.replace("-", " ")
 
 
 class FixedHyperparameters(Request):
@@ -97,9 +110,19 @@ class StudyCreate(Request):
             raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
         return value
 
-    strategy: StrategyName = Field(  # type: ignore[valid-type]
-        default="gp-ucb", description="A strategy of the registry (GET /v1/strategies)."
+    strategy: str = Field(
+        default=DEFAULT_STRATEGY,
+        description="A strategy of the registry (GET /v1/strategies).",
+        json_schema_extra=_registry_enum,
     )
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        """A name of the registry as it is when the request arrives (a plug-in may have added one)."""
+        get_strategy(value)  # InputDataError (a ValueError): names what the registry has
+        return value
+
     strategy_params: dict[str, Any] = Field(
         default_factory=dict,
         description="The strategy's parameters, validated against its JSON schema (GET /v1/strategies); "
@@ -130,29 +153,25 @@ class StudyCreate(Request):
 
     @model_validator(mode="after")
     def _one_source(self) -> StudyCreate:
-        """Exactly one of release_id and gradient_oracle_id, the one the strategy runs on."""
+        """Exactly one target id, the one the strategy runs on: ``<runs_on>_id`` (``release_id``,
+        ``gradient_oracle_id``)."""
         cls = REGISTRY.get(str(self.strategy))
-        runs_on = cls.runs_on if cls is not None else "release"
-        if runs_on == "gradient-oracle":
-            if self.release_id is not None:
+        runs_on = (cls or REGISTRY[DEFAULT_STRATEGY]).runs_on
+        wanted = target_field(runs_on)
+        for other in sorted({c.runs_on for c in REGISTRY.values()} - {runs_on}):
+            field = target_field(other)
+            if getattr(self, field, None) is not None:
+                users = sorted(n for n, c in REGISTRY.items() if c.runs_on == other)
                 raise ValueError(
-                    f"strategy {self.strategy!r} runs on a curator gradient oracle: give gradient_oracle_id "
-                    "instead of release_id"
+                    f"strategy {self.strategy!r} runs on a curator {_words(runs_on)}, not a {_words(other)}: "
+                    f"give {wanted} instead of {field} (strategies that use a {_words(other)}: "
+                    f"{', '.join(users)})"
                 )
-            if self.gradient_oracle_id is None:
-                raise ValueError(
-                    f"strategy {self.strategy!r} runs on a curator gradient oracle: give gradient_oracle_id "
-                    "(the oracle the curator granted your partner token)"
-                )
-        else:
-            if self.gradient_oracle_id is not None:
-                raise ValueError(
-                    f"strategy {self.strategy!r} runs on a curator release, not a gradient oracle: give "
-                    "release_id instead of gradient_oracle_id (strategies that use a gradient oracle: "
-                    f"{', '.join(sorted(n for n, c in REGISTRY.items() if c.runs_on == 'gradient-oracle'))})"
-                )
-            if self.release_id is None:
-                raise ValueError(f"strategy {self.strategy!r} runs on a curator release: give release_id")
+        if getattr(self, wanted, None) is None:
+            raise ValueError(
+                f"strategy {self.strategy!r} runs on a curator {_words(runs_on)}: give {wanted} (the one the "
+                "curator granted your partner token)"
+            )
         return self
 
     def merged_params(self) -> dict[str, Any]:
@@ -175,7 +194,7 @@ class StrategyInfo(BaseModel):
         description='The request kinds it sends: "row" (a row\'s outcome by index) or "gradient" (a private '
         "gradient step of a curator gradient oracle)."
     )
-    runs_on: Literal["release", "gradient-oracle"] = Field(
+    runs_on: str = Field(
         description="What a study of it needs: release_id (release) or gradient_oracle_id (gradient-oracle)."
     )
     params_schema: dict[str, Any] = Field(description="JSON schema of its strategy_params.")
@@ -218,30 +237,6 @@ class ReleaseInfo(BaseModel):
     sha256: str
 
 
-class GradientOracleInfo(BaseModel):
-    """The public parameters of the gradient oracle a study runs on, as the curator showed this partner
-    when the study was created (``GET /v1/gradient-oracles/{id}``)."""
-
-    id: int
-    dataset_id: int
-    loss: str
-    dimension: int
-    bounds: list[list[float]]
-    clip: float = Field(description="B: each row's gradient is clipped to norm B.")
-    mu: float = Field(description="mu-GDP of all the oracle's steps together.")
-    steps: int = Field(description="T: how many steps the oracle answers in all.")
-    steps_left: int = Field(description="Steps left when the study was created.")
-    epsilon: float
-    delta: float
-    n: int = Field(description="Rows the gradients average over.")
-    noise_std: float = Field(
-        description="Std of the Gaussian noise per coordinate: 2 clip sqrt(steps)/(n mu)."
-    )
-    intercept: bool
-    delta_huber: float | None = None
-    weight_clip: float | None = None
-
-
 class PendingQuery(BaseModel):
     iteration: int = Field(description="The query number (seq) this request will have in the audit log.")
     index: int
@@ -252,7 +247,9 @@ class RoundQuery(BaseModel):
     """One request of a round and its answer so far."""
 
     request: int = Field(description="Position within the round, 0-based.")
-    kind: Literal["row", "gradient"]
+    kind: str = Field(
+        description='The request kind: "row" (a row\'s outcome) or "gradient" (a gradient step).'
+    )
     index: int | None
     status: Literal["complete", "pending", "not_sent"]
     y: float | None
@@ -337,6 +334,45 @@ class StepResult(BaseModel):
     timings: StepTimings
 
 
+def _header_safe(value: SecretStr | None) -> SecretStr | None:
+    if value is not None and not all(0x21 <= ord(c) <= 0x7E for c in value.get_secret_value()):
+        raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
+    return value
+
+
+class StudyUpdate(Request):
+    """``PATCH /v1/studies/{id}``: a new partner token (rotated at the curator) and/or a new budget."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"iterations": 200}, {"curator_token": "<the partner's new token>"}]},
+    )
+
+    curator_token: SecretStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The partner's new token (after a rotation at the curator): checked against the "
+        "curator, stored encrypted, used from the study's next request on; allowed while the study runs.",
+    )
+    iterations: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="The study's new query budget: at least the queries it has made, and what it adds "
+        "must fit what the curator's grant has left (the partner's quota, the oracle's steps); not while the "
+        "study runs. A done study with a larger budget is ready again (POST .../run).",
+    )
+
+    _token_is_header_safe = field_validator("curator_token")(_header_safe)
+
+    @model_validator(mode="after")
+    def _something(self) -> StudyUpdate:
+        if self.curator_token is None and self.iterations is None:
+            raise ValueError("name what to change: curator_token and/or iterations")
+        return self
+
+
 class RunRequest(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"iterations": 20}]})
 
@@ -361,7 +397,9 @@ class AuditEntryPublic(BaseModel):
     iteration: int = Field(description="Same as seq (API v1).")
     round: int
     request: int
-    kind: Literal["row", "gradient"]
+    kind: str = Field(
+        description='The request kind: "row" (a row\'s outcome) or "gradient" (a gradient step).'
+    )
     index: int | None
     y: float | None
     details: dict[str, Any]
@@ -384,8 +422,3 @@ class AuditVerification(BaseModel):
     ok: bool
     entries: int
     first_bad_seq: int | None
-
-
-class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
-    database: Literal["ok", "unreachable"]

@@ -8,11 +8,7 @@ interface (``shared.bo.strategies``): a name, a parameter model, ``initial_state
 from __future__ import annotations
 
 import logging
-import uuid
-from pathlib import Path
-from typing import Any
 
-import numpy as np
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
@@ -25,40 +21,31 @@ from modeler_service.context import (  # noqa: F401 - re-exported for the routes
     default_client_factory,
     upstream,
 )
-from modeler_service.exceptions import Conflict, NotFound, Unprocessable, UpstreamError
-from modeler_service.grants import fit_to_grant, grant_problem, needs_grant
-from modeler_service.models import Study
-from modeler_service.rounds import RoundIntent
+from modeler_service.db import transaction
+from modeler_service.exceptions import Conflict, NotFound, Unprocessable
+from modeler_service.kinds import kind_for, kind_of
+from modeler_service.models import Study, utcnow
+from modeler_service.rounds import RoundIntent, public_query
 from modeler_service.schemas import (
-    BestPoint,
-    GradientOracleInfo,
     PendingQuery,
     PendingRound,
-    ReleaseInfo,
     RunAccepted,
     StrategiesPublic,
     StrategyInfo,
     StudiesPublic,
     StudyCreate,
     StudyPublic,
+    StudyUpdate,
 )
 from shared.bo.strategies import (
-    GradientDomain,
-    Strategy,
-    StrategyParams,
     catalogue,
     get_strategy,
     parse_params,
 )
 from shared.errors import InputDataError
-from shared.privacy.rng import os_entropy_rng
-from shared.protocol.client import CuratorError, ReleaseIntegrityError
-from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
+from shared.protocol.client import CuratorError
 
 log = logging.getLogger("pobo.modeler")
-
-#: The release's public parameters a study keeps, as ``release_<name>`` columns.
-RELEASE_FIELDS = ("epsilon", "delta", "mechanism", "formal_guarantee", "noise_std", "lift", "omega")
 
 #: Study columns published under their own names.
 _STUDY_FIELDS = (
@@ -89,155 +76,110 @@ def check_curator_url(url: str, allowlist: list[str]) -> None:
 
 
 def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
-    """Validate the strategy's parameters, then create the study on what the strategy runs on: a release
-    (its public parameters and Z) or a gradient oracle (its public parameters)."""
+    """Validate the strategy's parameters, then create the study on what the strategy runs on (its request
+    kind sets it up: a release and its Z, a gradient oracle's public parameters, ...)."""
     check_curator_url(body.curator_url, ctx.settings.curator_url_allowlist)
     try:
         strategy = get_strategy(body.strategy)
         params = parse_params(body.strategy, body.merged_params())
     except (InputDataError, ValueError) as exc:
         raise Unprocessable(str(exc)) from exc
-    if strategy.runs_on == "gradient-oracle":
-        return _create_on_gradient_oracle(session, ctx, body, strategy, params)
-    return _create_on_release(session, ctx, body, strategy, params)
-
-
-def _create_on_release(
-    session: Session,
-    ctx: Context,
-    body: StudyCreate,
-    strategy: type[Strategy[Any, Any]],
-    params: StrategyParams,
-) -> Study:
-    """Fetch the release's public parameters and Z (sha256-verified, stored atomically), then the study."""
-    if body.release_id is None:  # StudyCreate checks it; for the type checker
-        raise Unprocessable(f"strategy {body.strategy!r} runs on a curator release: give release_id")
-    study_id = uuid.uuid4().hex
-    token = body.curator_token.get_secret_value()
-    client = ctx.client_factory(body.curator_url, token)
-    what = f"release {body.release_id}"
-    z_dir = ctx.data_dir / "releases"
-    z_dir.mkdir(parents=True, exist_ok=True)
-    z_file = Path("releases") / f"study-{study_id}.npy"
     try:
-        if needs_grant(strategy, params, body.iterations):
-            grant = client.get_partner().output_privacy
-            problem = grant_problem(strategy, params, body.iterations, grant)
-            if problem is not None:
-                raise Unprocessable(problem)
-            params = fit_to_grant(strategy, params, grant)
-        release = client.get_release(body.release_id)
-        digest = client.download_release_rows(
-            body.release_id, ctx.data_dir / z_file, expected_sha256=release.sha256
+        return kind_for(strategy).create(session, ctx, body, strategy, params)
+    except NotFound:
+        problem = not_a_curator(ctx, body.curator_url, body.curator_token.get_secret_value())
+        if problem is not None:
+            raise Unprocessable(problem) from None
+        raise
+
+
+def not_a_curator(ctx: Context, url: str, token: str) -> str | None:
+    """Why ``url`` is not a pobo curator's base URL (asked when it answered "not found"), or None when it
+    is one: its ``GET /healthz`` names the service that answers."""
+    base = url.rstrip("/")
+    hint = " (give its base URL, without /v1)" if base.endswith("/v1") else ""
+    client = ctx.client_factory(base, token)
+    try:
+        health = client.healthz()
+    except CuratorError:
+        return (
+            f'curator_url {base!r} is not a pobo curator: it answered "not found" and its GET /healthz '
+            f"does not answer like a pobo service{hint}; give the curator's base URL, e.g. "
+            "https://curator.example.org"
         )
-    except ReleaseIntegrityError as exc:
-        raise UpstreamError(f"{what}: {exc.detail}") from exc
-    except CuratorError as exc:
-        raise upstream(exc, what) from exc
     finally:
         client.close()
-    Z = np.load(ctx.data_dir / z_file, mmap_mode="r")
-    n, r = int(Z.shape[0]), int(Z.shape[1])
-    if n != release.n or r != release.r:
-        (ctx.data_dir / z_file).unlink(missing_ok=True)
-        raise UpstreamError(
-            f"{what}: rows have shape {n} x {r}, but the release says {release.n} x {release.r}"
+    if health.service not in (None, "curator"):
+        return (
+            f"curator_url {base!r} is not a pobo curator (it answered as the pobo {health.service}){hint}; "
+            "give the curator's base URL"
         )
-    rng = np.random.default_rng(body.seed) if body.seed is not None else os_entropy_rng()
-    try:
-        state = strategy.initial_state(params, n=n, budget=body.iterations, rng=rng)
-    except InputDataError as exc:
-        (ctx.data_dir / z_file).unlink(missing_ok=True)
-        raise Unprocessable(str(exc)) from exc
-    study = Study(
-        id=study_id,
-        curator_url=body.curator_url.rstrip("/"),
-        curator_token_enc=ctx.encrypt(token),
-        release_id=body.release_id,
-        n=n,
-        r=r,
-        **{f"release_{key}": getattr(release, key) for key in RELEASE_FIELDS},
-        z_file=str(z_file),
-        z_sha256=digest,
-        strategy=body.strategy,
-        strategy_params=params.model_dump(mode="json"),
-        strategy_state=state,
-        iterations_total=body.iterations,
-        seed=body.seed,
-        status="ready",
-        iterations_done=0,
-        rounds_done=0,
-    )
-    log.info(
-        "study %s (%s) created on release %s (n=%d, r=%d)", study_id, body.strategy, body.release_id, n, r
-    )
-    return repo.add_study(session, study)
+    return None
 
 
-def _create_on_gradient_oracle(
-    session: Session,
-    ctx: Context,
-    body: StudyCreate,
-    strategy: type[Strategy[Any, Any]],
-    params: StrategyParams,
-) -> Study:
-    """Fetch the gradient oracle's public parameters (404 when unknown or not granted), check that the
-    study's iterations fit the steps it has left and that the parameters fit its domain, then the study."""
-    oracle_id = body.gradient_oracle_id
-    if oracle_id is None:  # StudyCreate checks it; for the type checker
-        raise Unprocessable(f"strategy {body.strategy!r} runs on a gradient oracle: give gradient_oracle_id")
-    token = body.curator_token.get_secret_value()
-    what = f"gradient oracle {oracle_id}"
-    client = ctx.client_factory(body.curator_url, token)
+def update_study(ctx: Context, study_id: str, body: StudyUpdate) -> Study:
+    """``PATCH /v1/studies/{id}``: a rotated partner token and/or a new budget.
+
+    The one use case here that owns its transactions (as the stepper does): the study is read, the curator
+    asked (outside any write transaction: the new token must read the study's target, and a larger budget
+    must fit what the grant has left, ``RequestKind.budget_left``), then the study is written under its
+    row lock, checked again. A new token is used from the study's next request on, even while it runs; the
+    budget changes only while no run owns the study, and the strategy keeps the constants it chose for
+    its first budget."""
+    with transaction(ctx.db, write=False) as session:
+        study = get_study(session, study_id)
+        _check_update(study, body)
+        token = body.curator_token.get_secret_value() if body.curator_token is not None else None
+        kind = kind_of(study)
+        url, token_enc = study.curator_url, study.curator_token_enc
+    client = ctx.client_factory(url, token if token is not None else ctx.decrypt(token_enc))
     try:
-        oracle = client.get_gradient_oracle(oracle_id)
+        left, what_left = kind.budget_left(client, study)
     except CuratorError as exc:
-        raise upstream(exc, what) from exc
+        raise upstream(exc, f"study {study_id}") from exc
     finally:
         client.close()
-    if body.iterations > oracle.steps_left:
-        raise Unprocessable(
-            f"iterations must be <= the {oracle.steps_left} steps {what} has left (of {oracle.steps}), got "
-            f"{body.iterations}: ask for at most {oracle.steps_left} iterations, or ask the curator for an "
-            "oracle with more steps"
-        )
-    public = GradientOracleInfo.model_validate(oracle.model_dump()).model_dump(mode="json")
-    domain = GradientDomain.from_public(public, max_design=MAX_DESIGN_POINTS)
-    rng = np.random.default_rng(body.seed) if body.seed is not None else os_entropy_rng()
-    try:
-        strategy.check_domain(params, domain, budget=body.iterations)
-        state = strategy.initial_state(params, n=oracle.n, budget=body.iterations, rng=rng)
-        start = strategy(domain, params, state).point()
-    except InputDataError as exc:
-        raise Unprocessable(f"{exc} ({what}: dimension {domain.dimension})") from exc
-    study = Study(
-        id=uuid.uuid4().hex,
-        curator_url=body.curator_url.rstrip("/"),
-        curator_token_enc=ctx.encrypt(token),
-        release_id=None,
-        n=oracle.n,
-        r=oracle.dimension,
-        gradient_oracle_id=oracle_id,
-        gradient_oracle=public,
-        theta=None if start is None else [float(v) for v in start],
-        strategy=body.strategy,
-        strategy_params=params.model_dump(mode="json"),
-        strategy_state=state,
-        iterations_total=body.iterations,
-        seed=body.seed,
-        status="ready",
-        iterations_done=0,
-        rounds_done=0,
-    )
-    log.info(
-        "study %s (%s) created on gradient oracle %s (d=%d, steps left %d)",
-        study.id,
-        body.strategy,
-        oracle_id,
-        oracle.dimension,
-        oracle.steps_left,
-    )
-    return repo.add_study(session, study)
+    with transaction(ctx.db) as session:
+        locked = repo.get_study(session, study_id, for_update=True)
+        if locked is None:
+            raise NotFound(f"study {study_id} not found")
+        study = locked
+        floor = _check_update(study, body)
+        if body.iterations is not None:
+            needed = body.iterations - floor
+            if body.iterations > study.iterations_total and needed > left:
+                raise Unprocessable(
+                    f"iterations {body.iterations} would need {needed} more queries, but the curator's grant "
+                    f"has {what_left}: ask for at most {floor + left} iterations, or ask the curator for more"
+                )
+            study.iterations_total = body.iterations
+            if study.status in ("done", "ready"):
+                study.status = "done" if study.iterations_done >= body.iterations else "ready"
+            ctx.cache.drop(study_id)  # its fixed facts changed (no run owns it: nothing in flight uses it)
+        if token is not None:
+            study.curator_token_enc = ctx.encrypt(token)
+            ctx.cache.retire_client(study_id)  # the next request makes a client with the new token
+        study.updated_at = utcnow()
+        log.info("study %s updated (%s)", study_id, ", ".join(k for k in body.model_fields_set))
+        return study
+
+
+def _check_update(study: Study, body: StudyUpdate) -> int:
+    """The queries the study has made or has in flight (the least its budget may become); 409 when its budget
+    would change while a run owns it, 422 for a budget below what it has made."""
+    intent = RoundIntent.of(study)
+    floor = study.iterations_done + (len(intent.requests) if intent is not None else 0)
+    if body.iterations is not None:
+        if study.status in repo.ACTIVE_STATUSES:
+            raise Conflict(
+                f"study {study.id} is {study.status}: its budget changes only while no run owns it; stop it "
+                f"(POST /v1/studies/{study.id}/stop) or wait for the run to end, then PATCH again"
+            )
+        if body.iterations < floor:
+            raise Unprocessable(
+                f"iterations must be at least the {floor} queries the study has made, got {body.iterations}"
+            )
+    return floor
 
 
 def get_study(session: Session, study_id: str) -> Study:
@@ -248,15 +190,11 @@ def get_study(session: Session, study_id: str) -> Study:
 
 
 def to_public(study: Study) -> StudyPublic:
-    best = None
-    if study.best_index is not None and study.best_y is not None:
-        best = BestPoint(index=study.best_index, y=study.best_y)
-    elif study.theta is not None:  # a gradient-oracle study: its current theta
-        best = BestPoint(index=None, y=None, theta=[float(v) for v in study.theta])
+    kind = kind_of(study)
     intent = RoundIntent.of(study)
     pending, pending_round = None, None
     if intent is not None:
-        queries = [r.public(None) for r in intent.requests]
+        queries = [public_query(r, None) for r in intent.requests]
         pending_round = PendingRound(round=intent.round, queries=queries)
         first = next((r for r in intent.requests if r.index is not None), None)
         if first is not None and first.index is not None:
@@ -270,25 +208,11 @@ def to_public(study: Study) -> StudyPublic:
             **{key: getattr(study, key) for key in _STUDY_FIELDS},
             "strategy_params": dict(study.strategy_params or {}),
             "retry_attempts": study.retry_attempts or 0,
-            "best": best,
+            "best": kind.best(study),
             "pending": pending,
             "pending_round": pending_round,
-            "release": _release_info(study),
-            "gradient_oracle_id": study.gradient_oracle_id,
-            "gradient_oracle": study.gradient_oracle,
+            **kind.public_fields(study),
         }
-    )
-
-
-def _release_info(study: Study) -> ReleaseInfo | None:
-    if study.release_id is None:
-        return None
-    return ReleaseInfo(
-        id=study.release_id,
-        n=study.n,
-        r=study.r,
-        sha256=study.z_sha256 or "",
-        **{key: getattr(study, f"release_{key}") for key in RELEASE_FIELDS},
     )
 
 
@@ -347,12 +271,12 @@ def stop_run(session: Session, study_id: str) -> Study:
     return study
 
 
-def claim_step(session: Session, study_id: str) -> Study:
-    """Claim the study for one synchronous step (409 when a runner owns it or the budget is used).
-
-    Check-and-set under the row's write lock (PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite: the write
-    session's ``BEGIN IMMEDIATE``), so two concurrent claims cannot both succeed.
-    """
+def claimable(session: Session, study_id: str) -> Study:
+    """The study under its write lock, if a synchronous step may claim it (409 when a runner owns it or the
+    budget is used); nothing written. Check under the row's write lock (PostgreSQL: ``SELECT ... FOR
+    UPDATE``; SQLite: the write session's ``BEGIN IMMEDIATE``), so two concurrent claims cannot both
+    succeed: the claim itself is written with the round's intent (``rounds.save_intent``) or, for a round
+    already in flight, by ``claim_step``."""
     study = repo.get_study(session, study_id, for_update=True)
     if study is None:
         raise NotFound(f"study {study_id} not found")
@@ -362,7 +286,11 @@ def claim_step(session: Session, study_id: str) -> Study:
         raise NotClaimed(f"study {study_id} is done: all {study.iterations_total} iterations are used")
     if study.status not in STARTABLE:
         raise NotClaimed(f"study {study_id} is {study.status}")
-    # the step's round is not planned yet: its run target is set with the intent (rounds.save_intent)
+    return study
+
+
+def claim_step(session: Session, study: Study) -> Study:
+    """Claim a ``claimable`` study whose round is in flight (its intent written before) for one step."""
     study.status, study.run_target, study.error = "running", study.iterations_done + 1, None
     return study
 

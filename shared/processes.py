@@ -182,8 +182,10 @@ class ServiceProcess:
         self.stop()
 
 
-def curator_env(data_dir: Path, admin_token: str, database_url: str | None = None) -> dict[str, str]:
-    env = {"POBO_CURATOR_DATA_DIR": str(data_dir), "POBO_CURATOR_ADMIN_TOKEN": admin_token}
+def curator_env(
+    data_dir: Path, admin_token: str, database_url: str | None = None, **extra: str
+) -> dict[str, str]:
+    env = {"POBO_CURATOR_DATA_DIR": str(data_dir), "POBO_CURATOR_ADMIN_TOKEN": admin_token, **extra}
     if database_url:
         env["POBO_CURATOR_DATABASE_URL"] = database_url
     return env
@@ -203,14 +205,16 @@ def service_pair(
     database_url: str | None = None,
     *,
     workers: int = 1,
+    curator_extra: Mapping[str, str] | None = None,
     **modeler_extra: str,
 ) -> tuple[ServiceProcess, ServiceProcess]:
     """A curator and a modeler (not started) on free loopback ports, data dirs and logs under ``tmp``;
-    both on ``database_url`` (None: each its own SQLite file)."""
+    both on ``database_url`` (None: each its own SQLite file). ``curator_extra`` / ``modeler_extra``:
+    more settings of each (``POBO_CURATOR_*`` / ``POBO_MODELER_*``)."""
     curator = ServiceProcess(
         "curator",
         port=free_port(),
-        env=curator_env(tmp / "curator", admin_token, database_url),
+        env=curator_env(tmp / "curator", admin_token, database_url, **(curator_extra or {})),
         log_path=tmp / "curator.log",
         workers=workers,
     )

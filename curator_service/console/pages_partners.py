@@ -23,7 +23,6 @@ from curator_service.schemas import partner_public, release_detail
 from curator_service.services import gradients as gradient_service
 from curator_service.services import partners as partner_service
 from curator_service.services import releases as release_service
-from curator_service.services.outputs import public_of
 from shared.protocol.schemas import GrantCreate, PartnerCreate
 from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
 
@@ -59,7 +58,7 @@ def register(console: Console) -> None:
         return console.render(request, "partners.html", context, session=session)
 
     @router.post("/partners")
-    def create_partner(request: Request, form: FormPost) -> HTMLResponse:
+    def create_partner(request: Request, form: FormPost, session: SignedIn) -> Response:
         data: dict[str, Any] = {
             "name": text(form, "name") or "",
             "max_queries": integer(form, "max_queries", "max queries"),
@@ -80,21 +79,43 @@ def register(console: Console) -> None:
                 gradient_oracle_ids=body.gradient_oracle_ids,
             )
             s.flush()
-            created = {
-                "id": partner.id,
-                "name": partner.name,
-                "max_queries": partner.max_queries,
-                "release_ids": sorted(set(body.release_ids)),
-                "gradient_oracle_ids": sorted(set(body.gradient_oracle_ids)),
-                "output_privacy": public_of(partner),
-            }
-        # committed: the token is shown now, in this answer only (the database keeps its hash)
-        return console.render(
-            request, "partner_created.html", {"partner": created, "token": token}, status_code=201
-        )
+            partner_id = partner.id
+        # committed: the token is shown by the page this redirects to, once (the database keeps its hash);
+        # a reload of that page creates nothing and shows no token
+        flash = {"partner_id": partner_id, "token": token, "what": "created"}
+        return console.redirect_with_flash(f"/console/partners/{partner_id}/token", session, flash)
+
+    @router.post("/partners/{partner_id}/tokens")
+    def new_token(request: Request, partner_id: RowId, form: FormPost, session: SignedIn) -> Response:
+        with db_session(request, write=True) as s:
+            _, token = partner_service.add_token(s, partner_id)
+        flash = {"partner_id": partner_id, "token": token, "what": "token"}
+        return console.redirect_with_flash(f"/console/partners/{partner_id}/token", session, flash)
+
+    @router.get("/partners/{partner_id}/token")
+    def shown_once(request: Request, partner_id: RowId, session: SignedIn) -> Response:
+        """The partner and, right after its creation or a new token, the token (once)."""
+        with db_session(request) as s:
+            partner = partner_service.get_partner(s, partner_id)
+            shown = partner_public(partner, partner_service.granted(s, partner.id))
+        flash = console.flash(request, session)
+        context: dict[str, Any] = {"partner": shown}
+        if flash is not None and flash.get("partner_id") == partner_id:
+            context.update(token=flash["token"], what=flash.get("what", "created"))
+        return console.forget_flash(console.render(request, "partner_created.html", context, session=session))
+
+    @router.get("/partners/{partner_id}/revoke")
+    def confirm_revoke(request: Request, partner_id: RowId, session: SignedIn) -> HTMLResponse:
+        """Revoking cannot be undone: this page asks first; its button posts the revocation."""
+        with db_session(request) as s:
+            partner = partner_service.get_partner(s, partner_id)
+            shown = partner_public(partner, partner_service.granted(s, partner.id))
+        return console.render(request, "partner_revoke.html", {"partner": shown}, session=session)
 
     @router.post("/partners/{partner_id}/revoke")
     def revoke(request: Request, partner_id: RowId, form: FormPost) -> Response:
+        if text(form, "confirm") != "yes":  # not from the confirmation page: ask first
+            return RedirectResponse(f"/console/partners/{partner_id}/revoke", status_code=303)
         with db_session(request, write=True) as s:
             partner_service.revoke(s, partner_id)
         return RedirectResponse("/console/partners", status_code=303)

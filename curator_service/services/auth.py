@@ -1,31 +1,20 @@
-"""Who is calling: bearer tokens to principals (constant-time comparison of sha256 digests)."""
+"""Who is calling: bearer tokens to principals (constant-time comparison of sha256 digests).
+
+A :class:`~shared.servicekit.principal.Principal` is ``admin`` or ``partner`` (with ``partner_id``).
+"""
 
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from curator_service import repository as repo
 from curator_service.db import Database
+from shared.servicekit.principal import Principal
 from shared.servicekit.tokens import hash_token
 
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the curator's admin, or a partner (by id)."""
-
-    kind: str  # "admin" | "partner"
-    partner_id: int | None = None
-
-    @property
-    def is_admin(self) -> bool:
-        return self.kind == "admin"
-
-    @property
-    def actor(self) -> str:
-        return "admin" if self.is_admin else f"partner:{self.partner_id}"
+__all__ = ["Principal", "authenticate", "authenticate_in"]
 
 
 def authenticate(db: Database, admin_token_hash: str, token: str) -> Principal | None:
@@ -45,10 +34,13 @@ def authenticate_in(session: Session, admin_token_hash: str, token: str) -> Prin
     digest = hash_token(token)
     if hmac.compare_digest(digest, admin_token_hash):
         return Principal("admin")
-    partner = repo.get_partner_by_token_hash(session, digest)
-    if partner is None or not hmac.compare_digest(partner.token_hash, digest):
+    found = repo.get_partner_by_token_hash(session, digest)
+    if found is None:
         return None
-    if partner.revoked_at is not None:
+    partner, token_row = found
+    if not hmac.compare_digest(token_row.token_hash, digest):
+        return None
+    if partner.revoked_at is not None or token_row.revoked_at is not None:
         return None
     # The identity map holds its rows weakly: this reference keeps the partner row there for the rest of
     # the session, so ``repository.get_partner`` finds it without a statement.

@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from curator_service import answer_repository as arepo
 from curator_service import faults, querylog
 from curator_service import repository as repo
 from curator_service.db import Database
@@ -76,7 +78,7 @@ def create_query(
     index: int,
     idempotency_key: str | None,
     access_entry: PendingEntry | None = None,
-) -> tuple[Query, bool]:
+) -> tuple[Query | answers.AnsweredQuery, bool]:
     """Ask for the outcome of row ``index``. Returns (query, replayed).
 
     ``access_entry``: the request's access-log entry; an answered ``column`` query writes it (status 201)
@@ -93,7 +95,8 @@ def create_query(
        a concurrent twin with the same key fails the unique constraint at the insert, is rolled back (its
        quota and output charges with it) and returns the winner's query;
     5. ``column`` datasets: the outcome is evaluated, recorded and linked into the chain in the same
-       transaction, which is COMMITTED before the answer is returned: the question, its charges and its
+       transaction (for a partner without output privacy by ``answers.write_answer``, the statements the
+       fast lane runs), which is COMMITTED before the answer is returned: the question, its charges and its
        answer reach the disk together or not at all, so a crash can neither lose an answer that left nor
        answer a question twice with fresh noise (a crash before the commit leaves no trace, and a retry is
        a new question). ``manual`` datasets: the pending query is committed and stays pending until the
@@ -118,7 +121,7 @@ def create_query(
         used, quota = (partner.queries_used, partner.max_queries) if partner else (0, 0)
         raise QuotaExceeded(
             f"query quota used up: this partner has used {used} of its {quota} queries; "
-            "ask the curator to raise max_queries"
+            f"ask the curator to raise max_queries (PATCH /v1/partners/{partner_id})"
         )
     # read in this transaction when the request authenticated (no statement then); only its immutable
     # fields (id, output_privacy) are used below
@@ -127,6 +130,10 @@ def create_query(
     dataset = repo.get_dataset(session, release.dataset_id)
     assert dataset is not None
     answer_now = dataset.objective_mode == "column"
+    if answer_now and partner.output_privacy is None:
+        return _answer_raw(
+            session, store, principal, release_id, index, idempotency_key, dataset, access_entry
+        )
     # Lock order (PostgreSQL): population before the query insert's key-share lock on the release, the
     # order in which completing an answer takes them (``outputs.record_answer``): no deadlock.
     outputs.serialise(session, partner, dataset)
@@ -166,6 +173,52 @@ def create_query(
     if access_entry is not None:
         access_entry.committed()
     return query, False
+
+
+def _answer_raw(
+    session: Session,
+    store: ArrayStore,
+    principal: Principal,
+    release_id: int,
+    index: int,
+    idempotency_key: str | None,
+    dataset: Dataset,
+    access_entry: PendingEntry | None,
+) -> tuple[Query | answers.AnsweredQuery, bool]:
+    """A raw ``column`` query (quota charged): written by ``answers.write_answer`` on this transaction's
+    cursor, the very statements of the fast lane, and committed before the answer is returned."""
+    assert principal.partner_id is not None and dataset.outcomes_path and dataset.outcomes_sha256
+    bind = session.get_bind()
+    assert isinstance(bind, Engine)
+    source = answers.AnswerSource(
+        dataset.population_id, dataset.id, dataset.outcomes_path, dataset.outcomes_sha256, dataset.noise_std
+    )
+    try:
+        with Database.session_cursor(session) as cur:
+            answered = answers.write_answer(
+                arepo.statements(bind),
+                cur,
+                store,
+                source,
+                release_id=release_id,
+                partner_id=principal.partner_id,
+                index=index,
+                idempotency_key=idempotency_key,
+                head=None,
+                access_entry=access_entry,
+                principal=principal,
+            )
+    except IntegrityError:  # a concurrent twin with the same key won: roll back, return its query
+        session.rollback()
+        existing = repo.get_query_by_key(session, principal.partner_id, idempotency_key or "")
+        if idempotency_key is None or existing is None:
+            raise
+        return _replay(session, store, existing, release_id, index), True
+    faults.pause_point("query.before_commit")  # crash tests: answered in memory, nothing on record yet
+    session.commit()  # deliberate: question, charges and answer are on record before the answer is sent
+    if access_entry is not None:
+        access_entry.committed()
+    return answered, False
 
 
 def _replay(session: Session, store: ArrayStore, existing: Query, release_id: int, index: int) -> Query:

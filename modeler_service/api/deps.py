@@ -12,11 +12,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
-from modeler_service import federation_access
 from modeler_service.context import Context
 from modeler_service.db import transaction
 from modeler_service.exceptions import StorageError
-from modeler_service.federation_access import Principal
+from modeler_service.federations import access as federation_access
+from modeler_service.federations.access import Principal
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.servicekit.db import READ_METHODS, request_session
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from modeler_service.schemas import StrategyInfo, StudyCreate
+from modeler_service.schemas import StrategyInfo, StudyCreate, target_field
 from shared.bo.strategies import get_strategy
 
 __all__ = ["FieldSpec", "FormProblems", "field_specs", "read_params", "study_body"]
@@ -230,7 +230,7 @@ def study_body(form: Mapping[str, Any], strategy: StrategyInfo, params: dict[str
         "strategy": strategy.name,
         "strategy_params": params,
     }
-    source = "gradient_oracle_id" if strategy.runs_on == "gradient-oracle" else "release_id"
+    source = target_field(strategy.runs_on)
     source_id = _int(form, source, problems)
     if source_id is not None:
         body[source] = source_id

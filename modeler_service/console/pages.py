@@ -33,7 +33,9 @@ from modeler_service.console.forms import (
     study_body,
 )
 from modeler_service.db import transaction
+from modeler_service.kinds import kind_of
 from modeler_service.schemas import AuditLog, StrategyInfo, StudyPublic
+from shared.bo.strategies import DEFAULT_STRATEGY
 from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
 from shared.servicekit.console.charts import SVG_MEDIA_TYPE, Series, line_chart
 from shared.servicekit.exceptions import ServiceError
@@ -42,8 +44,6 @@ from shared.servicekit.exceptions import ServiceError
 AUDIT_ROWS = 1000
 #: Rounds shown in the per-round table of a study whose rounds have several requests.
 ROUND_ROWS = 30
-#: Coordinates of theta drawn for a gradient-oracle study (as ``results.plot_png``).
-THETA_COORDINATES = results.PLOT_COORDINATES
 #: What a redirect after a POST may announce (fixed texts: nothing from the URL is shown).
 NOTICES = {
     "created": "Study created.",
@@ -128,7 +128,7 @@ def _live_context(session: Session, study_id: str) -> dict[str, Any]:
         "study": study,
         "active": _is_active(study),
         "best_text": _best_text(study),
-        "gradient": study.gradient_oracle_id is not None,
+        "theta_best": study.best is not None and study.best.theta is not None,
         "rounds": rounds[-ROUND_ROWS:] if batched else [],
         "rounds_total": len(rounds),
         "audit_count": log.count,
@@ -212,7 +212,7 @@ def register(console: Console) -> None:
             if strategy_name:
                 problems = [*(problems or []), ("strategy", f"no strategy named {strategy_name!r}")]
                 status = 422 if status == 200 else status
-            strategy_name = "gp-ucb" if "gp-ucb" in strategies else next(iter(strategies))
+            strategy_name = DEFAULT_STRATEGY if DEFAULT_STRATEGY in strategies else next(iter(strategies))
         info = strategies[strategy_name]
         specs: list[FieldSpec] = field_specs(info)
         values = {"curator_url": "", "release_id": "", "gradient_oracle_id": "", "iterations": ""}
@@ -335,9 +335,8 @@ def register(console: Console) -> None:
     def study_chart(request: Request, study_id: str, session: SignedIn) -> Response:
         with _read(request) as db:
             study = service.get_study(db, study_id)
-            if study.gradient_oracle_id is not None:
-                svg = _theta_chart(results.theta_path(db, study_id))
-            else:
+            svg = kind_of(study).chart(db, study)
+            if svg is None:
                 svg = _best_chart(results.audit_log(db, study_id))
         return Response(svg, media_type=SVG_MEDIA_TYPE)
 
@@ -420,13 +419,3 @@ def _best_chart(log: AuditLog) -> bytes:
         pts = [(float(r["last_seq"]), float(r["mean"])) for r in rounds if r["mean"] is not None]
         series.append(Series("round mean y", [p[0] for p in pts], [p[1] for p in pts], markers=True))
     return line_chart(series, title="Best value so far", xlabel="query", ylabel="y", empty="no answers yet")
-
-
-def _theta_chart(path: list[list[float]]) -> bytes:
-    """The path of theta, one line per coordinate (the first ones), as ``results.plot_png`` draws it."""
-    series = []
-    if path:
-        steps = [float(k) for k in range(len(path))]
-        for k in range(min(len(path[0]), THETA_COORDINATES)):
-            series.append(Series(f"theta[{k}]", steps, [p[k] for p in path], markers=True))
-    return line_chart(series, title="Path of theta", xlabel="step", ylabel="theta", empty="no steps yet")

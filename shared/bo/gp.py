@@ -7,7 +7,8 @@ released rows. Formulas from Rasmussen & Williams, *Gaussian Processes for Machi
 Notation (shapes in brackets)::
 
     Z        [n, r]  candidates (fixed); an observation is (i, y): row i of Z and its measured value y
-    k(z, z') = s2 exp(-|z - z'|^2 / (2 l^2))      squared exponential; anisotropic l by rescaling Z
+    k(z, z') = s2 exp(-|z - z'|^2 / (2 l^2))      squared exponential (``shared.bo.kernels``); anisotropic l
+                                                  by rescaling Z
     I        [t]     observed row indices;  y [t] outcomes;  m  constant prior mean
     K        [t, t]  k(Z_I, Z_I) + (noise + jitter) Id = L L^T   (Cholesky; grown one row per observation)
     A        [t, n]  L^{-1} k(Z_I, Z)                             (GPML Alg. 2.1 line 5: v = L \\ k_*)
@@ -34,6 +35,7 @@ from scipy.linalg import solve_triangular
 
 from shared.bo.factor import SPARE_MIN_BYTES, FactorRows, give_back, take_spare
 from shared.bo.float32_bounds import F32_UNIT, Float32Bounds
+from shared.bo.kernels import se_finish_log, se_from_sqdist, se_matrix, sqdist_from_gram
 from shared.bo.parallel import CHUNK, chunk_buffer, in_parallel, split
 from shared.errors import InputDataError
 
@@ -78,21 +80,8 @@ class Hyperparameters:
 
 
 def se_kernel(A: FloatArray, B: FloatArray, hp: Hyperparameters) -> FloatArray:
-    """``k(A, B) = s2 exp(-|a - b|^2 / (2 l^2))`` [len(A), len(B)] (GPML eq. 2.16)."""
-    ls = np.asarray(hp.lengthscale, dtype=np.float64)
-    a, b = A / ls, B / ls
-    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-    np.maximum(sq, 0.0, out=sq)
-    out: FloatArray = hp.signal_variance * np.exp(-0.5 * sq)
-    return out
-
-
-def _finish(part: FloatArray, shift: float, log_s2: float) -> None:
-    """The kernel row's element-wise end, in place: ``exp(min(part + shift, ln s2))`` (``part`` holds the
-    dgemv's ``z_i.z_j - |z_i|^2/2``, ``shift`` is ``ln s2 - |z_j|^2/2``)."""
-    np.add(part, shift, out=part)  # ln s2 - |z_i - z_j|^2 / 2
-    np.minimum(part, log_s2, out=part)
-    np.exp(part, out=part)
+    """``k(A, B) = s2 exp(-|a - b|^2 / (2 l^2))`` [len(A), len(B)] (GPML eq. 2.16; ``shared.bo.kernels``)."""
+    return se_matrix(A, B, hp.lengthscale, hp.signal_variance)
 
 
 def median_distance(Z: FloatArray, max_points: int = 1000) -> float:
@@ -228,10 +217,10 @@ class GaussianProcess(Float32Bounds):
         return self._A
 
     def _kernel_factors(self, j: int) -> tuple[FloatArray, float, float] | None:
-        """``(x, shift, ln s2)`` with which ``k(Z_j, Z)`` is ``_finish(x^T [Z/l; -|Z/l|^2/2], shift, ln s2)``:
-        x = [z_j/l; 1] makes the product ``z_i.z_j - |z_i|^2/2``, and adding ``shift = ln s2 - |z_j|^2/2``
-        makes it ``ln s2 - |z_i - z_j|^2/2``. None when a subclass overrides ``kernel_row`` (another
-        kernel)."""
+        """``(x, shift, ln s2)`` with which ``k(Z_j, Z)`` is ``se_finish_log(x^T [Z/l; -|Z/l|^2/2], shift,
+        ln s2)`` (``shared.bo.kernels``): x = [z_j/l; 1] makes the product ``z_i.z_j - |z_i|^2/2``, and adding
+        ``shift = ln s2 - |z_j|^2/2`` makes it ``ln s2 - |z_i - z_j|^2/2``. None when a subclass overrides
+        ``kernel_row`` (another kernel)."""
         if type(self).kernel_row is not GaussianProcess.kernel_row:
             return None
         r = self._ST.shape[0] - 1
@@ -256,7 +245,7 @@ class GaussianProcess(Float32Bounds):
 
         x, shift, log_s2 = factors
         dgemv(1.0, self._ST.T, x, beta=0.0, y=out, overwrite_y=1)
-        split(lambda s: _finish(out[s], shift, log_s2), self.n, chunk=CHUNK)
+        split(lambda s: se_finish_log(out[s], shift, log_s2), self.n, chunk=CHUNK)
 
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
@@ -268,10 +257,8 @@ class GaussianProcess(Float32Bounds):
         """k(Z_p, Z) [p, n] for the rows ``indices`` in O(p n r) (vectorised ``kernel_row``)."""
         idx = np.atleast_1d(np.asarray(indices, dtype=np.int64))
         S = self._ST[:-1]
-        sq = self._sqnorm[None, :] + self._sqnorm[idx, None] - 2.0 * (S[:, idx].T @ S)
-        np.maximum(sq, 0.0, out=sq)
-        out: FloatArray = self.hp.signal_variance * np.exp(-0.5 * sq)
-        return out
+        sq = sqdist_from_gram(self._sqnorm[idx], self._sqnorm, S[:, idx].T @ S)
+        return se_from_sqdist(sq, self.hp.signal_variance, out=sq)
 
     # -- updates ---------------------------------------------------------------------------------------
     def add(self, index: int, y: float, *, ucb_scale: float | None = None) -> None:
@@ -300,7 +287,7 @@ class GaussianProcess(Float32Bounds):
             k_old = a[idx]
         else:  # k(Z_I, Z_j) [t] from the same product and element-wise steps as the pass's
             k_old = factors[0] @ self._ST[:, idx]
-            _finish(k_old, *factors[1:])
+            se_finish_log(k_old, *factors[1:])
         L = self._L[:t, :t]
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
         d2 = self.hp.signal_variance + self.hp.noise_variance + self.jitter - float(lvec @ lvec)
@@ -328,8 +315,8 @@ class GaussianProcess(Float32Bounds):
         ucb: tuple[float, float] | None,
     ) -> None:
         """The step's one chunked pass over n, split across the cores: on each chunk, the kernel row
-        (``kernel``: ``_kernel_factors``' product over the chunk's candidates and ``_finish``; None: ``a``
-        holds it already), ``g = l^T A`` over the chunk's columns (one BLAS gemv per block of A, in the
+        (``kernel``: ``_kernel_factors``' product over the chunk's candidates and ``se_finish_log``; None:
+        ``a`` holds it already), ``g = l^T A`` over the chunk's columns (one BLAS gemv per block of A, in the
         factor's precision: A is read once, the chunk's g used while in cache), the new row ``a <- (k - g)
         inv`` (float32 factor: stored rounded in A's next row and read back), ``p += w a``, ``q += u a``
         (empirical prior mean only), ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition ``mean + c
@@ -363,7 +350,7 @@ class GaussianProcess(Float32Bounds):
             part = a[s] if row is None else chunk_buffer("row", np.dtype(np.float64), size)
             if kernel is not None:
                 np.matmul(kernel[0], ST[:, s], out=part)
-                _finish(part, kernel[1], kernel[2])
+                se_finish_log(part, kernel[1], kernel[2])
             elif row is not None:
                 part[...] = a[s]
             if whole is not None:

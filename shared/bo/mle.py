@@ -13,6 +13,7 @@ import numpy.typing as npt
 from scipy.linalg import cho_factor, cho_solve
 
 from shared.bo.gp import DEFAULT_JITTER, FloatArray, Hyperparameters, median_distance
+from shared.bo.kernels import se_from_sqdist
 
 __all__ = ["fit_hyperparameters"]
 
@@ -23,7 +24,7 @@ def _neg_log_marginal_likelihood(
     """-log p(y | theta) and its gradient in theta = (ln l, ln s2, ln noise) (GPML eqs. 2.30, 5.9)."""
     ell, s2, sn2 = np.exp(theta)
     t = y.size
-    E = np.exp(-0.5 * D2 / ell**2)
+    E = se_from_sqdist(D2, sq_scale=ell**2)  # the SE kernel at unit variance (GPML eq. 2.16)
     K = s2 * E + (sn2 + jitter) * np.eye(t)
     try:
         c = cho_factor(K, lower=True, check_finite=False)

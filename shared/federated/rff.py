@@ -8,7 +8,7 @@ Notation (shapes in brackets)::
 
     d                 input dimension;  M  number of features
     ell   [d]         lengthscale(s) of the SE kernel;  s2  its signal variance
-    k(x, x')          s2 exp(-||(x - x') / ell||^2 / 2)                       (the SE kernel)
+    k(x, x')          s2 exp(-||(x - x') / ell||^2 / 2)          (the SE kernel, ``shared.bo.kernels``)
     W     [M, d]      frequencies, W[m, j] = g[m, j] / ell[j], g ~ N(0, 1)   (the kernel's spectral density)
     b     [M]         phases, b ~ U(0, 2 pi)
     phi(x) [M]        sqrt(2 s2 / M) cos(W x + b)
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo.kernels import se_matrix
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -61,14 +62,11 @@ def _lengthscales(lengthscale: float | npt.ArrayLike, d: int) -> FloatArray:
 def se_kernel(
     X: npt.ArrayLike, X2: npt.ArrayLike, lengthscale: float | npt.ArrayLike, signal_variance: float = 1.0
 ) -> FloatArray:
-    """The exact SE kernel matrix k(X, X2) = s2 exp(-||(x - x') / ell||^2 / 2), shape [k, k2]."""
+    """The exact SE kernel matrix k(X, X2) = s2 exp(-||(x - x') / ell||^2 / 2), shape [k, k2]
+    (``shared.bo.kernels.se_matrix``)."""
     A = np.atleast_2d(np.asarray(X, dtype=np.float64))
     B = np.atleast_2d(np.asarray(X2, dtype=np.float64))
-    ell = _lengthscales(lengthscale, A.shape[1])
-    A, B = A / ell, B / ell
-    sq = (A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * A @ B.T
-    K: FloatArray = float(signal_variance) * np.exp(-0.5 * np.maximum(sq, 0.0))
-    return K
+    return se_matrix(A, B, _lengthscales(lengthscale, A.shape[1]), float(signal_variance))
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,2 @@
-"""The one bridge between the services: the wire schemas of the curator API and the curator client."""
+"""The one bridge between the services: the wire schemas of the curator API and of the modeler's federations,
+and the typed clients of both (``CuratorClient``, ``ModelerClient``, ``FederationClient``)."""

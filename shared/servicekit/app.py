@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from shared.servicekit.asgi_guards import AuthThrottle, FailureLog, failure_log, is_token
+from shared.servicekit.asgi_guards import AuthThrottle, FailureLog, failure_log
 from shared.servicekit.serving import THROTTLE_FILE
 from shared.servicekit.settings import ServiceSettings
+from shared.servicekit.tokens import is_token
 
 __all__ = ["AuthFailures", "add_access_guards"]
 

@@ -18,8 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import logging
 import math
@@ -45,7 +43,6 @@ __all__ = [
     "MemoryFailureLog",
     "SharedFailureLog",
     "failure_log",
-    "is_token",
 ]
 
 logger = logging.getLogger("pobo.guards")
@@ -235,16 +232,6 @@ def failure_log(
         log = SharedFailureLog(shared_file, max_failures=max_failures, window_seconds=window_seconds)
         return log, time.time
     return MemoryFailureLog(max_failures=max_failures, window_seconds=window_seconds), time.monotonic
-
-
-def is_token(secret: str) -> Callable[[str], bool]:
-    """A constant-time test "is this the operator token?" (sha256 digests compared, the secret not kept)."""
-    expected = hashlib.sha256(secret.encode("utf-8")).digest()
-
-    def check(token: str) -> bool:
-        return hmac.compare_digest(hashlib.sha256(token.encode("utf-8")).digest(), expected)
-
-    return check
 
 
 def _bearer_token(scope: Scope) -> str:

@@ -150,6 +150,21 @@ class Database:
             finally:
                 cursor.close()
 
+    @staticmethod
+    @contextmanager
+    def session_cursor(session: Session) -> Iterator[Any]:
+        """The DB-API cursor of ``session``'s own transaction (pending ORM changes flushed first), so that a
+        use case reading through the ORM writes with the same ``driver_sql`` statements as its fast path,
+        in the same transaction. The ORM objects it loaded are not refreshed by what the cursor writes."""
+        session.flush()
+        dbapi_connection = session.connection().connection.dbapi_connection
+        assert dbapi_connection is not None
+        cursor = dbapi_connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
     def ping(self) -> bool:
         """Whether the database answers ``SELECT 1`` (for ``/healthz``)."""
         try:

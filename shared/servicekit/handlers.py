@@ -39,7 +39,6 @@ def install_error_handlers(
     app: FastAPI,
     *,
     logger: logging.Logger,
-    service_error: type[ServiceError] = ServiceError,
     library_errors: Mapping[type[Exception], int] | None = None,
     unavailable_detail: str,
     unexpected_detail: str,
@@ -64,7 +63,7 @@ def install_error_handlers(
             logger.error("%s: %s", type(exc).__name__, exc.detail)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers or None)
 
-    app.add_exception_handler(service_error, on_service_error)
+    app.add_exception_handler(ServiceError, on_service_error)
 
     for error_class, status_code in (library_errors or {}).items():
 

@@ -6,6 +6,7 @@ A load balancer or an orchestrator's probe reads the status code; the body says 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -16,9 +17,11 @@ from shared.servicekit.health_schema import Health
 __all__ = ["health_router"]
 
 
-def health_router(database: Callable[[Request], Database], *, tag: str) -> APIRouter:
+def health_router(
+    database: Callable[[Request], Database], *, tag: str, service: Literal["curator", "modeler"]
+) -> APIRouter:
     """A router with ``GET /healthz`` (under ``tag`` in the OpenAPI document); ``database(request)`` is the
-    service's :class:`~shared.servicekit.db.Database`."""
+    service's :class:`~shared.servicekit.db.Database`; the body names the ``service``."""
     router = APIRouter(tags=[tag])
 
     @router.get(
@@ -29,8 +32,8 @@ def health_router(database: Callable[[Request], Database], *, tag: str) -> APIRo
     )
     def healthz(request: Request) -> Health | JSONResponse:
         if database(request).ping():
-            return Health(status="ok", database="ok")
-        body = Health(status="unavailable", database="unreachable")
+            return Health(status="ok", database="ok", service=service)
+        body = Health(status="unavailable", database="unreachable", service=service)
         return JSONResponse(body.model_dump(), status_code=503)
 
     return router

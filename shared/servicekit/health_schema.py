@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 __all__ = ["Health"]
 
@@ -15,3 +15,7 @@ __all__ = ["Health"]
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "unreachable"]
+    service: Literal["curator", "modeler"] | None = Field(
+        default=None,
+        description="Which pobo service answers (a client checks it is talking to the one it expects).",
+    )

@@ -1,8 +1,9 @@
 """A DP-FTS-DE agent over HTTP: the hospital's side of a federation (Algorithm 2 of the paper, issue 16).
 
 A tool over the library: the numerics are ``shared.federated`` (``agent_step``, ``rff``, ``regions``), which
-imports no HTTP library; this module adds the coordinator's API. A hospital's data scientist drives it with
-their own objective function (``from shared.tools.agent import Agent``)::
+imports no HTTP library; the coordinator's API is the typed ``shared.protocol.client.FederationClient``
+(``agent.client``), and this module adds the protocol of an agent over it. A hospital's data scientist
+drives it with their own objective function (``from shared.tools.agent import Agent``)::
 
     agent = Agent("https://modeler.example.org", federation_id, token, objective=my_objective)
     report = agent.run()
@@ -28,29 +29,32 @@ was lost and whose retry was answered after the close (a replay of the same key,
 closed without one is reported refused. Before round 1 it evaluates ``n_init`` points of its own sub-region
 (Algorithm 2, line 2). Transient failures (connection errors, 429, 5xx, e.g. while the modeler restarts) are
 retried with exponential backoff and jitter for up to ``retry_seconds`` (the same key and omega on every
-retry of a submission); then the agent gives up with the error. ``on_round(t, info)``, if given, is called
-as each round closes: ``info`` is the closed round (``GET .../rounds/{t}``) with ``accepted`` (it counted
-for this agent), ``source`` and ``y`` (the agent's query of the round; None if it could not submit).
+retry of a submission); then the agent gives up with the error (``AgentError``). ``on_round(t, info)``, if
+given, is called as each round closes: ``info`` is the closed round (``GET .../rounds/{t}``, as JSON) with
+``accepted`` (it counted for this agent), ``source`` and ``y`` (the agent's query of the round; None if it
+could not submit).
 """
 
 from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import numpy as np
 import numpy.typing as npt
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from shared.errors import PoboError
 from shared.federated.agent_step import agent_submission, choose_query, initial_points
 from shared.federated.regions import split_box
 from shared.federated.rff import RandomFourierFeatures
 from shared.privacy.rng import os_entropy_rng
+from shared.protocol.client import FederationClient, ModelerApiError
+from shared.protocol.schemas import FederationPublic, RoundPublic
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -61,19 +65,26 @@ _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 class AgentError(PoboError):
-    """The modeler refused a request (a status that retrying would not change)."""
+    """The modeler refused a request (a status that retrying would not change, or a transient one that
+    lasted longer than ``retry_seconds``), or could not be reached for that long (``status_code`` None)."""
 
-    def __init__(self, status_code: int, detail: str) -> None:
-        super().__init__(f"modeler answered {status_code}: {detail}")
+    def __init__(self, status_code: int | None, detail: str) -> None:
+        if status_code is None:
+            super().__init__(f"the modeler could not be reached: {detail}")
+        else:
+            super().__init__(f"modeler answered {status_code}: {detail}")
         self.status_code = status_code
         self.detail = detail
 
 
-class _Transient(Exception):
-    def __init__(self, status_code: int, detail: str) -> None:
-        super().__init__(f"{status_code}: {detail}")
-        self.status_code = status_code
-        self.detail = detail
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """The client's ``ModelerApiError`` (after its retries) as ``AgentError``, which the agent's callers
+    catch."""
+    try:
+        yield
+    except ModelerApiError as exc:
+        raise AgentError(exc.status_code, exc.detail) from exc
 
 
 @dataclass
@@ -93,19 +104,10 @@ class AgentReport:
     best_x: list[float] | None = None
 
 
-def _accepted(rnd: dict[str, Any], fallback: bool) -> bool:
+def _accepted(rnd: RoundPublic, fallback: bool) -> bool:
     """Whether the coordinator holds this agent's submission to the round (its receipt, ``you``); a round
     closed before the coordinator kept receipts has ``you: null``: then the agent's own view."""
-    you = rnd.get("you")
-    return bool(you["accepted"]) if isinstance(you, dict) else fallback
-
-
-def _detail(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:200]
-    return str(body.get("detail", body)) if isinstance(body, dict) else str(body)[:200]
+    return rnd.you.accepted if rnd.you is not None else fallback
 
 
 class Agent:
@@ -140,13 +142,18 @@ class Agent:
         self.n_candidates = n_candidates
         self.n_starts = n_starts
         self.on_round = on_round
-        self._timeout = timeout
-        self._http = httpx.Client(
-            base_url=modeler_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
+        #: The typed client of the coordinator's API: every call retried on a transient failure (connection
+        #: errors, 429, 5xx) for up to ``retry_seconds``, a submission with the same Idempotency-Key.
+        self.client = FederationClient(
+            modeler_url,
+            token,
             timeout=timeout,
             verify=verify,
             transport=transport,
+            retry_seconds=retry_seconds,
+            retry_statuses=_TRANSIENT_STATUSES,
+            backoff=0.2,
+            max_backoff=2.0,
         )
         self._X: list[FloatArray] = []
         self._y: list[float] = []
@@ -171,7 +178,7 @@ class Agent:
     # -------------------------------------------------------------------------------------------- HTTP
 
     def close(self) -> None:
-        self._http.close()
+        self.client.close()
 
     def __enter__(self) -> Agent:
         return self
@@ -179,66 +186,28 @@ class Agent:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _request(
-        self, method: str, path: str, *, extra_timeout: float = 0.0, **kwargs: Any
-    ) -> httpx.Response:
-        """One call, retried on transient failures for up to ``retry_seconds``; an answer >= 400 that is not
-        transient raises ``AgentError`` (the caller decides what a 409 means)."""
-
-        def transient(exc: BaseException) -> bool:
-            return isinstance(exc, httpx.TransportError | _Transient)
-
-        retrying = Retrying(
-            retry=retry_if_exception(transient),
-            stop=stop_after_delay(self.retry_seconds),
-            wait=wait_exponential_jitter(multiplier=0.2, max=2.0, jitter=0.2),
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                resp = self._http.request(method, path, timeout=self._timeout + extra_timeout, **kwargs)
-                if resp.status_code in _TRANSIENT_STATUSES:
-                    raise _Transient(resp.status_code, _detail(resp))
-                if resp.status_code >= 400:
-                    raise AgentError(resp.status_code, _detail(resp))
-                return resp
-        raise AssertionError("unreachable")  # pragma: no cover - reraise=True
-
-    def federation(self) -> dict[str, Any]:
+    def federation(self) -> FederationPublic:
         """``GET /v1/federations/{id}`` as this agent."""
-        body: dict[str, Any] = self._request("GET", f"/v1/federations/{self.federation_id}").json()
-        return body
+        with _refusals():
+            return self.client.get_federation(self.federation_id)
 
-    def round(self, number: int) -> dict[str, Any]:
+    def round(self, number: int) -> RoundPublic:
         """``GET .../rounds/{number}`` as this agent (no waiting): its status and this agent's ``you``."""
-        body: dict[str, Any] = self._request(
-            "GET", f"/v1/federations/{self.federation_id}/rounds/{number}"
-        ).json()
-        return body
+        with _refusals():
+            return self.client.get_round(self.federation_id, number)
 
-    def wait_closed(self, number: int) -> dict[str, Any]:
-        """Long-poll ``GET .../rounds/{number}?wait=`` until the round is closed; its body."""
-        while True:
-            body: dict[str, Any] = self._request(
-                "GET",
-                f"/v1/federations/{self.federation_id}/rounds/{number}",
-                params={"wait": self.wait_seconds},
-                extra_timeout=self.wait_seconds,
-            ).json()
-            if body["status"] == "closed":
-                return body
+    def wait_closed(self, number: int) -> RoundPublic:
+        """Long-poll ``GET .../rounds/{number}?wait=`` until the round is closed; the closed round."""
+        with _refusals():
+            return self.client.wait_for_round(self.federation_id, number, poll=self.wait_seconds)
 
     def submit(self, number: int, agent_id: str, omega: FloatArray) -> bool:
         """POST omega for round ``number``; True if accepted (also a replay of the same key answered from
         its receipt after the round closed), False if refused with 409 (the round closed without it)."""
         key = f"{self.federation_id}:{agent_id}:{number}"
         try:
-            self._request(
-                "POST",
-                f"/v1/federations/{self.federation_id}/rounds/{number}/submissions",
-                json={"omega": [float(v) for v in omega]},
-                headers={"Idempotency-Key": key},
-            )
+            with _refusals():
+                self.client.submit(self.federation_id, number, [float(v) for v in omega], idempotency_key=key)
         except AgentError as exc:
             if exc.status_code == 409:
                 return False
@@ -250,34 +219,34 @@ class Agent:
     def run(self) -> AgentReport:
         """Take part in every round until the federation is done (Algorithm 2); returns a report."""
         fed = self.federation()
-        while fed["status"] == "registering":  # wait for the modeler's start
+        while fed.status == "registering":  # wait for the modeler's start
             time.sleep(self.poll_seconds)
             fed = self.federation()
-        you = fed.get("you") or {}
-        if you.get("region") is None:
+        you = fed.you
+        if you is None or you.region is None:
             raise AgentError(403, "this token is not an agent of the federation's frozen list")
-        params = fed["params"]
-        rff = RandomFourierFeatures.from_public(fed["rff"])
+        params = fed.params
+        rff = RandomFourierFeatures.from_public(fed.rff)
         lower = [float(b[0]) for b in params["bounds"]]
         upper = [float(b[1]) for b in params["bounds"]]
         regions = split_box(lower, upper, int(params["P"]))
-        report = AgentReport(federation_id=self.federation_id, agent_id=str(you["id"]))
+        report = AgentReport(federation_id=self.federation_id, agent_id=str(you.id))
 
         if not self._X:  # Algorithm 2, line 2: initial points in the assigned sub-region
             n_init = self.n_init if self.n_init is not None else int(params.get("n_init", 1))
-            for x in initial_points(regions, int(you["region"]), n_init, rng=self.rng):
+            for x in initial_points(regions, int(you.region), n_init, rng=self.rng):
                 self._observe(x)
 
         aggregates: FloatArray | None = None
         t = 1  # the round the agent works on: every round is looked at, in order, and none twice
         while True:
             fed = self.federation()
-            if fed["status"] == "done" and t > int(fed["rounds_closed"]):
+            if fed.status == "done" and t > fed.rounds_closed:
                 break  # no round t: the federation stopped (every round run, or the budget)
             rnd = self.round(t)
             info: dict[str, Any] = {"source": None, "y": None}
             submitted: bool | None = None  # this run's own view; the closed round's receipt decides
-            if rnd["status"] == "open" and not _accepted(rnd, False):
+            if rnd.status == "open" and not _accepted(rnd, False):
                 choice = choose_query(
                     t,
                     rff,
@@ -294,18 +263,18 @@ class Agent:
                 omega = agent_submission(rff, self.X, self.y, rng=self.rng)
                 submitted = self.submit(t, report.agent_id, omega)
                 info = {"source": choice.source, "y": self._y[-1]}
-            closed = rnd if rnd["status"] == "closed" else self.wait_closed(t)
+            closed = rnd if rnd.status == "closed" else self.wait_closed(t)
             accepted = _accepted(closed, bool(submitted))
             (report.submitted if accepted else report.refused).append(t)
-            aggregates = np.asarray(closed["aggregates"], dtype=np.float64)
+            aggregates = np.asarray(closed.aggregates, dtype=np.float64)
             if self.on_round is not None:
-                self.on_round(t, {**closed, **info, "accepted": accepted})
+                self.on_round(t, {**closed.model_dump(mode="json"), **info, "accepted": accepted})
             t += 1
 
         best = int(np.argmax(self.y)) if self._y else None
-        report.epsilon_pld = float(fed["epsilon_pld"])
-        report.epsilon_rdp = float(fed["epsilon_rdp"])
-        report.stop_reason = fed.get("stop_reason")
+        report.epsilon_pld = float(fed.epsilon_pld)
+        report.epsilon_rdp = float(fed.epsilon_rdp)
+        report.stop_reason = fed.stop_reason
         if best is not None:
             report.best_y = float(self._y[best])
             report.best_x = [float(v) for v in self._X[best]]

@@ -226,7 +226,7 @@ def reconcile_cmd(
             study_id=study,
             verify=ca_bundle if ca_bundle is not None else True,
         )
-    except PoboError as exc:  # CuratorError, ModelerError: the message names the side and its answer
+    except PoboError as exc:  # CuratorError, ModelerClientError: the message names the side and its answer
         console.print(f"[red]cannot reconcile[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     chains = (
@@ -333,7 +333,7 @@ def agent_run(
             verify=str(ca_bundle) if ca_bundle is not None else True,
             on_round=on_round,
         ) as agent:
-            params = agent.federation()["params"]
+            params = agent.federation().params
             bounds = params["bounds"]
             lower, upper = [b[0] for b in bounds], [b[1] for b in bounds]
             agent.objective = make_objective(objective, lower, upper, perturbation=perturbation, seed=seed)

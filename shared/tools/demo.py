@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
+from shared.processes import service_pair
 from shared.protocol.client import CuratorClient
 
 __all__ = ["DEMO_CSV", "expected_random_regret", "progress_figure", "run_demo", "write_progress_plot"]
@@ -129,18 +129,7 @@ def run_demo(
     admin_token, modeler_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="pobo-demo-") as tmp_name:
         tmp = Path(tmp_name)
-        curator = ServiceProcess(
-            "curator",
-            port=free_port(),
-            env=curator_env(tmp / "curator", admin_token),
-            log_path=tmp / "curator.log",
-        )
-        modeler = ServiceProcess(
-            "modeler",
-            port=free_port(),
-            env=modeler_env(tmp / "modeler", modeler_token),
-            log_path=tmp / "modeler.log",
-        )
+        curator, modeler = service_pair(tmp, admin_token, modeler_token)
         try:
             with console.status("starting the curator and the modeler ..."):
                 curator.start()

@@ -26,10 +26,10 @@ from shared.protocol.client import CuratorClient
 from shared.protocol.keys import parse_request_key
 from shared.servicekit.tls import client_ssl_context
 
-__all__ = ["Mismatch", "ModelerError", "ReconcileReport", "reconcile"]
+__all__ = ["Mismatch", "ModelerClientError", "ReconcileReport", "reconcile"]
 
 
-class ModelerError(PoboError):
+class ModelerClientError(PoboError):
     """The modeler answered with an error or could not be reached (the message says which and why)."""
 
 
@@ -205,15 +205,15 @@ def _where(round_no: int, request: int) -> str:
 
 
 def _get(modeler: httpx.Client, path: str) -> Any:
-    """GET a modeler resource as JSON; any failure becomes a :class:`ModelerError` with a readable message."""
+    """GET a modeler resource as JSON; any failure raises :class:`ModelerClientError`, saying why."""
     try:
         response = modeler.get(path)
     except httpx.TransportError as exc:
-        raise ModelerError(f"modeler at {modeler.base_url} not reachable on GET {path}: {exc}") from exc
+        raise ModelerClientError(f"modeler at {modeler.base_url} not reachable on GET {path}: {exc}") from exc
     if response.status_code >= 400:
         try:
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise ModelerError(f"modeler answered {response.status_code} to GET {path}: {detail}")
+        raise ModelerClientError(f"modeler answered {response.status_code} to GET {path}: {detail}")
     return response.json()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 async def test_healthz_reports_database_ok(client: httpx.AsyncClient) -> None:
     response = await client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok"}
+    assert response.json() == {"status": "ok", "database": "ok", "service": "curator"}
 
 
 async def test_healthz_reports_unreachable_database(app, client: httpx.AsyncClient) -> None:
@@ -34,7 +34,7 @@ async def test_healthz_reports_unreachable_database(app, client: httpx.AsyncClie
     finally:
         db.engine = good
     assert response.status_code == 503
-    assert response.json() == {"status": "unavailable", "database": "unreachable"}
+    assert response.json() == {"status": "unavailable", "database": "unreachable", "service": "curator"}
 
 
 async def test_openapi_has_description_tags_and_body_examples(client: httpx.AsyncClient) -> None:

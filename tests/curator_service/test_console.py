@@ -186,16 +186,22 @@ def test_the_console_runs_the_curators_whole_flow(browser: TestClient) -> None:
     r = post(
         browser, "/console/partners", {"name": "lab-x", "max_queries": "4", "release_ids": str(release_id)}
     )
-    assert r.status_code == 201, r.text
-    token_match = re.search(r'<p id="partner-token" class="secret">([^<]+)</p>', r.text)
-    assert token_match is not None and "will not be shown again" in r.text
+    assert r.status_code == 303, r.text  # post/redirect/get: the token is on the page it redirects to
+    shown_at = r.headers["location"]
+    assert re.fullmatch(r"/console/partners/\d+/token", shown_at)
+    shown = page(browser, shown_at)
+    token_match = re.search(r'<p id="partner-token" class="secret">([^<]+)</p>', shown)
+    assert token_match is not None and "will not be shown again" in shown
     token = token_match.group(1)
+    again = page(browser, shown_at)  # a reload creates nothing and shows the token no more
+    assert token not in again and 'id="token-gone"' in again
+    assert api.get("/v1/partners", headers=ADMIN).json()["count"] == 1
     partner = api.get("/v1/partners/me", headers=bearer(token)).json()
     assert partner["name"] == "lab-x" and partner["release_ids"] == [release_id]
     html = page(browser, "/console/partners")
     assert 'id="partners"' in html and "lab-x" in html and token not in html
     assert 'id="partner-form"' in html and 'id="grant-form"' in html
-    assert all(token not in p for _, p in browser.pages[:-1] if "partner-token" not in p)
+    assert all(token not in p for _, p in browser.pages if 'id="partner-token"' not in p)
 
     # a manual query answered from the console; bad values are a 422 page and change nothing
     q = api.post(f"/v1/releases/{release_id}/queries", headers=bearer(token), json={"index": 2}).json()
@@ -237,7 +243,12 @@ def test_the_console_runs_the_curators_whole_flow(browser: TestClient) -> None:
     )
     html = page(browser, "/console/partners")
     assert f"/console/partners/{pid}/revoke" in html and "1 / 4" in html
-    r = post(browser, f"/console/partners/{pid}/revoke", {})
+    r = post(browser, f"/console/partners/{pid}/revoke", {})  # not from the confirmation page: asks first
+    assert r.status_code == 303 and r.headers["location"] == f"/console/partners/{pid}/revoke"
+    assert api.get("/v1/partners/me", headers=bearer(token)).status_code == 200
+    confirm = page(browser, f"/console/partners/{pid}/revoke")
+    assert "This cannot be undone" in confirm and 'name="confirm" value="yes"' in confirm
+    r = post(browser, f"/console/partners/{pid}/revoke", {"confirm": "yes"})
     assert r.status_code == 303
     assert api.get("/v1/partners/me", headers=bearer(token)).status_code == 401
     html = page(browser, "/console/partners")

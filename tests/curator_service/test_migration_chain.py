@@ -33,3 +33,15 @@ async def test_upgrade_backfills_the_same_verifiable_chain(world: World, app: An
         result, head = verify_release_chain(session, rid)
     assert result.ok and result.entries == 4
     assert head == before["head"]  # the backfill rebuilt exactly the chain the service had built
+
+
+async def test_migration_0007_moves_every_partner_token_and_back(world: World, app: Any) -> None:
+    """The partner's token keeps working across 0007 (tokens move to their own table) and its downgrade."""
+    db = app.state.components.db
+    db.engine.dispose()
+    run_migrations(db.engine, alembic_config(), revision="0006", downgrade=True)
+    upgrade(db.engine)
+    me = await world.client.get("/v1/partners/me", headers=world.partner_headers)
+    assert me.status_code == 200 and me.json()["id"] == world.partner["id"]
+    tokens = (await world.client.get(f"/v1/partners/{world.partner['id']}/tokens", headers=ADMIN)).json()
+    assert tokens["count"] == 1 and tokens["data"][0]["revoked"] is False

@@ -22,8 +22,12 @@ async def test_partner_token_is_random_shown_once_and_stored_hashed(world: World
     assert one.json() == listed.json()["data"][0]
     assert one.json()["release_ids"] == [world.release["id"]] and one.json()["max_queries"] == 5
     with app.state.components.db.engine.connect() as conn:
-        stored = conn.execute(text("SELECT token_hash FROM curator_partners")).scalar_one()
-        dump = " ".join(str(row) for row in conn.execute(text("SELECT * FROM curator_partners")))
+        stored = conn.execute(text("SELECT token_hash FROM curator_partner_tokens")).scalar_one()
+        dump = " ".join(
+            str(row)
+            for table in ("curator_partners", "curator_partner_tokens")
+            for row in conn.execute(text(f"SELECT * FROM {table}"))  # noqa: S608 - fixed names
+        )
     assert stored == hashlib.sha256(token.encode()).hexdigest()
     assert token not in dump
     second = await world.client.post(
@@ -62,6 +66,7 @@ ADMIN_ONLY = [
     ("GET", "/v1/partners/{p}"),
     ("POST", "/v1/partners/{p}/grants"),
     ("DELETE", "/v1/partners/{p}"),
+    ("PATCH", "/v1/partners/{p}"),
     ("POST", "/v1/queries/1/result"),
     ("GET", "/v1/access-log"),
 ]
@@ -71,7 +76,7 @@ ADMIN_ONLY = [
 async def test_partner_token_gets_403_on_admin_endpoints(world: World, method: str, path: str) -> None:
     url = path.format(ds=world.dataset["id"], p=world.partner["id"])
     kwargs = {}
-    if method == "POST" and "datasets" not in path or path.endswith("/releases"):
+    if method in ("POST", "PATCH") and "datasets" not in path or path.endswith("/releases"):
         kwargs["json"] = {
             "epsilon": 1,
             "delta": 1e-5,
@@ -153,3 +158,97 @@ async def test_me_and_revocation(world: World) -> None:
 async def test_partner_validation(world: World, body: dict, detail: str) -> None:
     response = await world.client.post("/v1/partners", headers=ADMIN, json=body)
     assert response.status_code == 422 and detail in response.json()["detail"]
+
+
+async def test_a_quota_raise_lets_a_partner_that_used_its_quota_query_again(world: World) -> None:
+    url = f"/v1/partners/{world.partner['id']}"
+    ask = f"/v1/releases/{world.release['id']}/queries"
+    for i in range(5):
+        assert (
+            await world.client.post(ask, headers=world.partner_headers, json={"index": i})
+        ).status_code == 201
+    assert (await world.client.post(ask, headers=world.partner_headers, json={"index": 5})).status_code == 429
+    lowered = await world.client.patch(url, headers=ADMIN, json={"max_queries": 4})
+    assert lowered.status_code == 422
+    assert lowered.json()["detail"] == (
+        f"max_queries must be at least the 5 queries partner {world.partner['id']} has used, got 4"
+    )
+    empty = await world.client.patch(url, headers=ADMIN, json={})
+    assert empty.status_code == 422 and "name what to change: max_queries" in empty.text
+    raised = await world.client.patch(url, headers=ADMIN, json={"max_queries": 8})
+    assert raised.status_code == 200, raised.text
+    assert (raised.json()["max_queries"], raised.json()["queries_used"]) == (8, 5)
+    for i in range(5, 8):
+        assert (
+            await world.client.post(ask, headers=world.partner_headers, json={"index": i})
+        ).status_code == 201
+    assert (await world.client.post(ask, headers=world.partner_headers, json={"index": 9})).status_code == 429
+    assert (
+        await world.client.patch("/v1/partners/999", headers=ADMIN, json={"max_queries": 1})
+    ).status_code == 404
+    assert (await world.client.delete(url, headers=ADMIN)).status_code == 200
+    revoked = await world.client.patch(url, headers=ADMIN, json={"max_queries": 100})
+    assert revoked.status_code == 409
+    assert (
+        revoked.json()["detail"] == f"partner {world.partner['id']} is revoked; create a new partner instead"
+    )
+
+
+async def test_a_rotated_token_works_beside_the_old_one_until_the_old_one_is_revoked(world: World) -> None:
+    pid, old = world.partner["id"], world.partner["token"]
+    ask = f"/v1/releases/{world.release['id']}/queries"
+    created = await world.client.post(f"/v1/partners/{pid}/tokens", headers=ADMIN)
+    assert created.status_code == 201, created.text
+    new = created.json()["token"]
+    assert new.startswith("pobo_p_") and new != old and created.json()["partner_id"] == pid
+    listed = (await world.client.get(f"/v1/partners/{pid}/tokens", headers=ADMIN)).json()
+    assert [t["revoked"] for t in listed["data"]] == [False, False] and new not in str(listed)
+    first_id, new_id = (t["id"] for t in listed["data"])
+    assert new_id == created.json()["id"]
+    for token, index in ((old, 0), (new, 1)):  # both answer (the fast path and the general one alike)
+        resp = await world.client.post(ask, headers=bearer(token), json={"index": index})
+        assert resp.status_code == 201 and resp.json()["partner_id"] == pid
+        me = await world.client.get("/v1/partners/me", headers=bearer(token))
+        assert me.json()["id"] == pid and me.json()["queries_used"] == index + 1
+    revoked = await world.client.delete(f"/v1/partners/{pid}/tokens/{first_id}", headers=ADMIN)
+    assert revoked.status_code == 200 and revoked.json()["revoked"] is True
+    assert (await world.client.post(ask, headers=bearer(old), json={"index": 2})).status_code == 401
+    assert (await world.client.get("/v1/releases", headers=bearer(old))).status_code == 401
+    assert (await world.client.post(ask, headers=bearer(new), json={"index": 2})).status_code == 201
+    missing = await world.client.delete(f"/v1/partners/{pid}/tokens/999", headers=ADMIN)
+    assert missing.status_code == 404 and missing.json()["detail"] == f"partner {pid} has no token 999"
+    assert (await world.client.post(f"/v1/partners/{pid}/tokens", headers=bearer(new))).status_code == 403
+    assert (await world.client.delete(f"/v1/partners/{pid}", headers=ADMIN)).status_code == 200
+    assert (await world.client.get("/v1/releases", headers=bearer(new))).status_code == 401  # all tokens
+    again = await world.client.post(f"/v1/partners/{pid}/tokens", headers=ADMIN)
+    assert again.status_code == 409
+
+
+async def test_output_privacy_can_only_be_tightened(world: World) -> None:
+    url = f"/v1/partners/{world.partner['id']}"
+    ctl = {"epsilon": 2.0, "B": 1.0, "R": 0.5, "max_epsilon_per_row": 10.0}
+    to_private = await world.client.patch(url, headers=ADMIN, json={"output_privacy": ctl})
+    assert to_private.status_code == 200, to_private.text
+    assert to_private.json()["output_privacy"]["epsilon"] == 2.0
+    looser = {
+        "epsilon": ({**ctl, "epsilon": 3.0}, "an answer would cost"),
+        "cap": ({**ctl, "max_epsilon_per_row": 20.0}, "max_epsilon_per_row would rise above 10"),
+        "no cap": ({k: v for k, v in ctl.items() if k != "max_epsilon_per_row"}, "would rise above 10"),
+        "fresh": ({**ctl, "fresh_repeats": True}, "fresh_repeats would give fresh noise"),
+        "raw": (None, "raw answers would replace its CTL answers"),
+    }
+    for body, expected in looser.values():
+        resp = await world.client.patch(url, headers=ADMIN, json={"output_privacy": body})
+        assert resp.status_code == 422, body
+        assert (
+            resp.json()["detail"].startswith(
+                f"output_privacy of partner {world.partner['id']} can only be tightened: "
+            )
+            and expected in resp.json()["detail"]
+        )
+    tighter = await world.client.patch(
+        url, headers=ADMIN, json={"output_privacy": {**ctl, "epsilon": 1.0, "max_epsilon_per_row": 5.0}}
+    )
+    assert tighter.status_code == 200 and tighter.json()["output_privacy"]["epsilon"] == 1.0
+    me = (await world.client.get("/v1/partners/me", headers=world.partner_headers)).json()
+    assert me["output_privacy"]["epsilon"] == 1.0

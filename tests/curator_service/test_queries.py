@@ -97,7 +97,7 @@ async def test_quota_used_up_is_429(world: World) -> None:
     assert response.status_code == 429
     assert response.json() == {
         "detail": "query quota used up: this partner has used 5 of its 5 queries; "
-        "ask the curator to raise max_queries"
+        f"ask the curator to raise max_queries (PATCH /v1/partners/{world.partner['id']})"
     }
     replay_after = await _query(world, 0, key="new-key")
     assert replay_after.status_code == 429

@@ -51,6 +51,7 @@ class FakeCurator:
     oracle_steps: int = 30
     oracle_granted: bool = True
     theta_star: tuple[float, ...] = (1.5, -2.0)
+    partner_tokens: list[str] = field(default_factory=lambda: [PARTNER_TOKEN])  # valid ones (a rotation adds)
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -84,6 +85,20 @@ class FakeCurator:
 
     def pending(self) -> list[dict[str, Any]]:
         return [q for q in self.queries if q["status"] == "pending"]
+
+    def partner(self) -> dict[str, Any]:
+        """``GET /v1/partners/me``: the partner token's grants and quota (no output privacy)."""
+        return {
+            "id": 1,
+            "name": "modeler",
+            "release_ids": [self.release_id],
+            "max_queries": self.max_queries,
+            "queries_used": len(self.queries),
+            "revoked": False,
+            "created_at": _now(),
+            "output_privacy": None,
+            "gradient_oracle_ids": [self.oracle_id] if self.oracle_granted else [],
+        }
 
     def release(self) -> dict[str, Any]:
         return {
@@ -139,11 +154,15 @@ class FakeCurator:
             code = self.fail_next.pop(0)
             headers = {"retry-after": self.retry_after} if self.retry_after is not None else {}
             return httpx.Response(code, json={"detail": f"injected failure {code}"}, headers=headers)
+        if request.url.path == "/healthz":
+            return httpx.Response(200, json={"status": "ok", "database": "ok", "service": "curator"})
         auth = request.headers.get("authorization", "")
         token = auth.removeprefix("Bearer ")
-        if token not in (PARTNER_TOKEN, ADMIN_TOKEN):
+        if token not in (*self.partner_tokens, ADMIN_TOKEN):
             return httpx.Response(401, json={"detail": "invalid or revoked token"})
         path, method = request.url.path, request.method
+        if path == "/v1/partners/me" and method == "GET":
+            return httpx.Response(200, json=self.partner())
         if m := re.fullmatch(r"/v1/releases/(\d+)", path):
             if int(m[1]) != self.release_id:
                 return httpx.Response(404, json={"detail": f"release {m[1]} not found"})

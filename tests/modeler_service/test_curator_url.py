@@ -103,3 +103,52 @@ def test_the_allowlist_refuses_other_curator_urls(
 def test_the_allowlist_is_read_from_the_environment(monkeypatch: Any, tmp_path: Path) -> None:
     monkeypatch.setenv("POBO_MODELER_CURATOR_URL_ALLOWLIST", '["https://curator.example.org:8001"]')
     assert Settings(data_dir=tmp_path).curator_url_allowlist == ["https://curator.example.org:8001"]
+
+
+def _pobo(service: str | None) -> Handler:
+    """A pobo service that is not the curator asked for: 404 (pobo's error body) for every /v1 path."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/healthz") and service is not None:
+            return httpx.Response(200, json={"status": "ok", "database": "ok", "service": service})
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("url", "service", "expected"),
+    [
+        ("http://modeler.test", "modeler", "is not a pobo curator (it answered as the pobo modeler)"),
+        (
+            "http://curator.test/v1",
+            None,
+            "does not answer like a pobo service (give its base URL, without /v1)",
+        ),
+    ],
+)
+def test_a_url_that_is_not_a_curator_says_so(
+    settings: Settings, url: str, service: str | None, expected: str
+) -> None:
+    with _client(settings, _pobo(service)) as client:
+        r = client.post("/v1/studies", json=study_body(curator_url=url))
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(f"curator_url {url!r} is not a pobo curator")
+    assert expected in r.json()["detail"]
+
+
+def test_a_real_not_found_stays_not_found(settings: Settings, curator: FakeCurator) -> None:
+    with _client(settings, curator.handle) as client:
+        r = client.post("/v1/studies", json=study_body(release_id=2))
+    assert r.status_code == 404 and "release 2: not found at the curator" in r.json()["detail"]
+
+
+def test_a_throttled_curator_is_not_a_used_up_quota(settings: Settings) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, json={"detail": "too many requests"}, headers={"retry-after": "30"})
+
+    with _client(settings, handler) as client:
+        r = client.post("/v1/studies", json=study_body())
+    assert r.status_code == 429
+    assert "the curator is throttling requests from this modeler" in r.json()["detail"]
+    assert "try again in 30 s" in r.json()["detail"] and "quota" not in r.json()["detail"]

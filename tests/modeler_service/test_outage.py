@@ -102,9 +102,10 @@ def test_a_throttled_modeler_waits_as_long_as_the_curator_asks(fast: Settings, c
 def test_permanent_errors_fail_the_study_with_an_actionable_message(
     fast: Settings, setup: dict[str, Any], expected: str
 ) -> None:
-    curator = FakeCurator(max_queries=setup.get("max_queries", 10_000))
+    curator = FakeCurator()
     with TestClient(make_app(fast, curator), headers=AUTH) as client:
         study = client.post("/v1/studies", json=study_body(iterations=6)).json()
+        curator.max_queries = setup.get("max_queries", 10_000)  # lowered after the study was created
         curator.fail_next = list(setup.get("fail_next", []))
         assert client.post(f"/v1/studies/{study['id']}/run").status_code == 202
         failed = _wait(client, study["id"], lambda s: s["status"] in ("done", "failed"))

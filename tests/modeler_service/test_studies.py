@@ -38,7 +38,7 @@ def wait_for(client: TestClient, study_id: str, statuses: set[str], timeout: flo
 def test_healthz_is_open(client: TestClient) -> None:
     resp = client.get("/healthz", headers={"Authorization": ""})
     assert resp.status_code == 200
-    assert resp.json() == {"status": "ok", "database": "ok"}
+    assert resp.json() == {"status": "ok", "database": "ok", "service": "modeler"}
 
 
 def test_token_required(client: TestClient) -> None:

@@ -5,4 +5,4 @@ from __future__ import annotations
 from curator_service.api.deps import components_of
 from shared.servicekit.health import health_router
 
-router = health_router(lambda request: components_of(request).db, tag="health")
+router = health_router(lambda request: components_of(request).db, tag="health", service="curator")

@@ -7,10 +7,21 @@ from typing import Any
 from fastapi import APIRouter
 
 from curator_service.api.deps import AdminDep, PartnerDep, RowId, SessionDep
+from curator_service.models import PartnerToken
 from curator_service.schemas import partner_public
 from curator_service.services import partners as partner_service
 from curator_service.services.outputs import public_of
-from shared.protocol.schemas import GrantCreate, PartnerCreate, PartnerCreated, PartnerPublic, PartnersPublic
+from shared.protocol.schemas import (
+    GrantCreate,
+    PartnerCreate,
+    PartnerCreated,
+    PartnerPublic,
+    PartnersPublic,
+    PartnerUpdate,
+    TokenCreated,
+    TokenPublic,
+    TokensPublic,
+)
 
 router = APIRouter(tags=["partners"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -98,6 +109,72 @@ def get_partner(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> Par
 def add_grants(partner_id: RowId, body: GrantCreate, _admin: AdminDep, session: SessionDep) -> PartnerPublic:
     p = partner_service.grant(session, partner_id, body.release_ids, body.gradient_oracle_ids)
     return partner_public(p, partner_service.granted(session, p.id))
+
+
+@router.patch(
+    "/v1/partners/{partner_id}",
+    response_model=PartnerPublic,
+    summary="Change a partner: its query quota, a tighter output privacy",
+    responses={
+        **_ERRORS,
+        404: {"description": "No such partner."},
+        409: {"description": "The partner is revoked."},
+        422: {"description": "Nothing to change, a quota below the queries used, a looser output privacy."},
+    },
+)
+def update_partner(
+    partner_id: RowId, body: PartnerUpdate, _admin: AdminDep, session: SessionDep
+) -> PartnerPublic:
+    """Raise (or lower, to no less than what it used) a partner's ``max_queries``: a study that stopped on
+    a used-up quota continues with ``POST /v1/studies/{id}/run`` at the modeler. ``output_privacy`` may
+    only become tighter (from raw answers to CTL; no larger charge per answer, no fresh repeats where they
+    were cached, no larger per-row cap); answers already given keep their charges."""
+    changes: dict[str, Any] = {"max_queries": body.max_queries}
+    if "output_privacy" in body.model_fields_set:
+        changes["output_privacy"] = body.output_privacy
+    p = partner_service.update(session, partner_id, **changes)
+    return partner_public(p, partner_service.granted(session, p.id))
+
+
+@router.post(
+    "/v1/partners/{partner_id}/tokens",
+    status_code=201,
+    response_model=TokenCreated,
+    summary="A new token for a partner (rotation: the old one stays valid until revoked)",
+    responses={**_ERRORS, 404: {"description": "No such partner."}, 409: {"description": "Revoked."}},
+)
+def add_token(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> TokenCreated:
+    """Shown once: the curator keeps only the token's hash. Hand it to the partner; once every study uses
+    it (``PATCH /v1/studies/{id}`` with ``curator_token`` at the modeler), revoke the old token."""
+    row, token = partner_service.add_token(session, partner_id)
+    return TokenCreated(id=row.id, partner_id=partner_id, token=token, created_at=row.created_at)
+
+
+@router.get(
+    "/v1/partners/{partner_id}/tokens",
+    response_model=TokensPublic,
+    summary="A partner's tokens (ids and dates; never the tokens)",
+    responses={**_ERRORS, 404: {"description": "No such partner."}},
+)
+def list_tokens(partner_id: RowId, _admin: AdminDep, session: SessionDep) -> TokensPublic:
+    rows = partner_service.list_tokens(session, partner_id)
+    return TokensPublic(data=[_token_public(t) for t in rows], count=len(rows))
+
+
+@router.delete(
+    "/v1/partners/{partner_id}/tokens/{token_id}",
+    response_model=TokenPublic,
+    summary="Revoke one of a partner's tokens (it answers 401 from now on)",
+    responses={**_ERRORS, 404: {"description": "No such partner or token."}},
+)
+def revoke_token(partner_id: RowId, token_id: RowId, _admin: AdminDep, session: SessionDep) -> TokenPublic:
+    return _token_public(partner_service.revoke_token(session, partner_id, token_id))
+
+
+def _token_public(row: PartnerToken) -> TokenPublic:
+    return TokenPublic(
+        id=row.id, partner_id=row.partner_id, created_at=row.created_at, revoked=row.revoked_at is not None
+    )
 
 
 @router.delete(

@@ -14,9 +14,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
-from modeler_service import federation_access, federations
 from modeler_service.api.deps import ComponentsDep, PrincipalDep, SessionDep
-from modeler_service.federation_schemas import (
+from modeler_service.federations import access, service
+from modeler_service.models import utcnow
+from shared.protocol.schemas.federations import (
     AgentCreate,
     AgentCreated,
     FederationCreate,
@@ -27,7 +28,6 @@ from modeler_service.federation_schemas import (
     SubmissionAccepted,
     SubmissionCreate,
 )
-from modeler_service.models import utcnow
 
 router = APIRouter(prefix="/v1/federations", tags=["federations"])
 
@@ -60,14 +60,14 @@ def create_federation(
     Trust: the modeler (coordinator) sees each agent's raw submission, a posterior sample of that
     hospital's observations; it never logs or returns them and deletes them when their round closes.
     """
-    federation_access.require_modeler(principal)
-    return federations.to_public(session, federations.create_federation(session, body), principal)
+    access.require_modeler(principal)
+    return service.to_public(session, service.create_federation(session, body), principal)
 
 
 @router.get("", summary="List federations (modeler token)", responses={403: _ERRORS[403]})
 def list_federations(principal: PrincipalDep, session: SessionDep) -> FederationsPublic:
-    federation_access.require_modeler(principal)
-    return federations.list_federations(session)
+    access.require_modeler(principal)
+    return service.list_federations(session)
 
 
 @router.post(
@@ -80,7 +80,7 @@ def register_agent(
     federation_id: FederationId, body: AgentCreate, principal: PrincipalDep, session: SessionDep
 ) -> AgentCreated:
     """Agents register before ``start``; the agent token is scoped to this federation (stored as sha256)."""
-    return federations.register_agent(session, principal, federation_id, body)
+    return service.register_agent(session, principal, federation_id, body)
 
 
 @router.post(
@@ -108,8 +108,8 @@ def start(
     says when round 1 closes.
     """
     first_round_at = body.first_round_at if body is not None else None
-    federation = federations.start(session, principal, federation_id, first_round_at)
-    return federations.to_public(session, federation, principal)
+    federation = service.start(session, principal, federation_id, first_round_at)
+    return service.to_public(session, federation, principal)
 
 
 @router.get(
@@ -120,7 +120,7 @@ def start(
 def get_federation(
     federation_id: FederationId, principal: PrincipalDep, session: SessionDep
 ) -> FederationPublic:
-    return federations.get_federation(session, principal, federation_id)
+    return service.get_federation(session, principal, federation_id)
 
 
 @router.post(
@@ -157,7 +157,7 @@ def submit(
     never early; an accepted submission then counts if the agent is in the round's Poisson sample
     (unknown to anyone else, the agent included).
     """
-    accepted, replayed = federations.submit(
+    accepted, replayed = service.submit(
         session, principal, federation_id, number, body.omega, idempotency_key
     )
     if replayed:
@@ -190,12 +190,12 @@ async def get_round(
     ctx = components.ctx
     deadline = time.monotonic() + min(wait, ctx.settings.max_wait_seconds)
     while True:
-        rnd = await run_in_threadpool(federations.read_round_tx, ctx.db, principal, federation_id, number)
+        rnd = await run_in_threadpool(service.read_round_tx, ctx.db, principal, federation_id, number)
         remaining = deadline - time.monotonic()
         if rnd.status == "closed" or remaining <= 0:
             return rnd
         if rnd.deadline <= utcnow():  # the closer has not come by yet: close it now (once, guarded)
             # a write from a GET: admitted like any writer (``servicekit.write_gate``)
             gate = request.app.state.write_gate
-            await gate.run_sync(federations.close_round, ctx.db, federation_id, number)
+            await gate.run_sync(service.close_round, ctx.db, federation_id, number)
         await asyncio.sleep(min(_POLL_SECONDS, remaining))

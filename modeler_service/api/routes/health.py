@@ -14,4 +14,4 @@ def _database(request: Request) -> Database:
     return components.ctx.db
 
 
-router = health_router(_database, tag="operations")
+router = health_router(_database, tag="operations", service="modeler")

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Body, Query, Response, status
 from modeler_service import results, runner, service
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
 from modeler_service.api.lanes import step_json
+from modeler_service.db import transaction
 from modeler_service.schemas import (
     AuditLog,
     AuditVerification,
@@ -22,6 +23,7 @@ from modeler_service.schemas import (
     StudiesPublic,
     StudyCreate,
     StudyPublic,
+    StudyUpdate,
 )
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
@@ -60,6 +62,27 @@ def list_studies(session: SessionDep) -> StudiesPublic:
 @router.get("/{study_id}", summary="A study: status, progress, best row", responses=_ERRORS)
 def get_study(study_id: str, session: SessionDep) -> StudyPublic:
     return service.to_public(service.get_study(session, study_id))
+
+
+@router.patch(
+    "/{study_id}",
+    summary="Change a study: a rotated partner token, a new budget",
+    responses={
+        **_ERRORS,
+        422: {
+            "description": "Nothing to change, a budget below what was made or beyond the grant, a bad token"
+        },
+        502: {"description": "The curator failed"},
+    },
+)
+def update_study(study_id: str, body: StudyUpdate, ctx: ContextDep) -> StudyPublic:
+    """``curator_token``: the partner's new token after a rotation at the curator (checked against the
+    curator; a running study uses it from its next request on). ``iterations``: the study's new budget, at
+    least what it has made and, when raised, within what the curator's grant has left (the partner's quota,
+    the oracle's steps); a done study with a larger budget is ready again: ``POST .../run`` resumes it."""
+    study = service.update_study(ctx, study_id, body)
+    with transaction(ctx.db, write=False) as session:
+        return service.to_public(service.get_study(session, study.id))
 
 
 @router.post(

@@ -1,27 +1,15 @@
-"""Kernels with the derivatives DP-GIBO needs: squared exponential and polynomial.
+"""Kernels with the derivatives DP-GIBO needs: squared exponential and polynomial, as objects.
 
 Paper: "Scalable DP Bayesian optimisation" (DP-GIBO), Section 2.4 (the joint GP of f and its gradient) and
 Section 2.1 (notation: ``grad k(x, y) := d/dx k(x, y)``, ``k(x, y) grad^T := d/dy k(x, y)``).
 
-Notation (shapes in brackets)::
+The formulas (the kernels, grad k(theta, X) [d, m], grad k(theta, theta) grad^T [d, d], grad_x k(A, B)
+[p, q, d] and H(theta, Z) [b, d, d]) are those of ``shared.bo.kernels``, which states them; this module
+binds them to the hyper-parameters of one kernel (the ``GradKernel`` interface) and holds the input checks
+of the DP-GIBO modules (``as_points``, ``as_theta``)::
 
-    d                    dimension of the parameter space Theta
-    theta    [d]         the point at which the gradient is estimated
-    X        [m, d]      a design (m points); A [p, d], B [q, d] arbitrary point sets
-    k(A, B)  [p, q]      kernel matrix
-    grad k(theta, X)     [d, m]   column j = d/dtheta k(theta, x_j)                 (Alg. 1 line 6)
-    grad k(theta, theta) grad^T   [d, d]   d^2/(dx dy^T) k(x, y) at x = y = theta  (prior gradient cov.)
-    grad_x k(A, B)       [p, q, d]  d/da k(a_i, b_j)          (the acquisition's analytic gradient in Z)
-    H(theta, Z)          [b, d, d]  H_j = d^2 k(theta, z_j) / (dtheta dz_j^T)   (likewise)
-
-    SE:          k(x, y) = s2 exp(-|x - y|^2 / (2 l^2))
-                 d/dx k(x, y) = -(x - y) / l^2 k(x, y);   grad k(theta, theta) grad^T = s2 / l^2 I
-                 H(theta, z) = k(theta, z) / l^2 (I - (theta - z)(theta - z)^T / l^2)
-    polynomial:  k(x, y) = (x.y + c)^p,  p a positive integer, c >= 0
-                 d/dx k(x, y) = p (x.y + c)^(p-1) y
-                 grad k(theta, theta) grad^T = p s^(p-1) I + p (p-1) s^(p-2) theta theta^T,
-                 s = theta.theta + c
-                 H(theta, z) = p s^(p-1) I + p (p-1) s^(p-2) z theta^T,  s = theta.z + c
+    SE:          k(x, y) = s2 exp(-|x - y|^2 / (2 l^2))       (``SEKernel``)
+    polynomial:  k(x, y) = (x.y + c)^p,  p >= 1, c >= 0       (``PolynomialKernel``)
 """
 
 from __future__ import annotations
@@ -33,6 +21,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo import kernels
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -87,12 +76,6 @@ class GradKernel(Protocol):
         ...
 
 
-def _sqdist(A: FloatArray, B: FloatArray) -> FloatArray:
-    diff = A[:, None, :] - B[None, :, :]
-    out: FloatArray = np.einsum("pqk,pqk->pq", diff, diff)
-    return out
-
-
 @dataclass(frozen=True)
 class SEKernel:
     """Squared exponential ``s2 exp(-|x - y|^2 / (2 l^2))`` with isotropic lengthscale l."""
@@ -106,31 +89,19 @@ class SEKernel:
                 raise InputDataError(f"SEKernel {name} must be a finite number > 0, got {v!r}")
 
     def __call__(self, A: FloatArray, B: FloatArray) -> FloatArray:
-        out: FloatArray = self.signal_variance * np.exp(-0.5 * _sqdist(A, B) / self.lengthscale**2)
-        return out
+        return kernels.se_diff_matrix(A, B, self.lengthscale, self.signal_variance)
 
     def grad(self, theta: FloatArray, X: FloatArray) -> FloatArray:
-        k = self(theta[None, :], X)[0]  # [m]
-        out: FloatArray = -(theta[:, None] - X.T) / self.lengthscale**2 * k[None, :]
-        return out
+        return kernels.se_grad(theta, X, self.lengthscale, self.signal_variance)
 
     def grad_grad(self, theta: FloatArray) -> FloatArray:
-        out: FloatArray = np.eye(theta.shape[0]) * (self.signal_variance / self.lengthscale**2)
-        return out
+        return kernels.se_grad_grad(theta.shape[0], self.lengthscale, self.signal_variance)
 
     def grad_x(self, A: FloatArray, B: FloatArray) -> FloatArray:
-        diff = A[:, None, :] - B[None, :, :]  # [p, q, d]
-        k = self.signal_variance * np.exp(-0.5 * np.einsum("pqk,pqk->pq", diff, diff) / self.lengthscale**2)
-        out: FloatArray = diff * (-k / self.lengthscale**2)[:, :, None]
-        return out
+        return kernels.se_grad_x(A, B, self.lengthscale, self.signal_variance)
 
     def grad_cross(self, theta: FloatArray, Z: FloatArray) -> FloatArray:
-        l2 = self.lengthscale**2
-        r = theta[None, :] - Z  # [b, d]
-        k = self(theta[None, :], Z)[0]  # [b]
-        eye = np.eye(theta.shape[0])[None, :, :]
-        out: FloatArray = (k / l2)[:, None, None] * (eye - r[:, :, None] * r[:, None, :] / l2)
-        return out
+        return kernels.se_grad_cross(theta, Z, self.lengthscale, self.signal_variance)
 
 
 @dataclass(frozen=True)
@@ -147,33 +118,16 @@ class PolynomialKernel:
             raise InputDataError(f"PolynomialKernel offset must be a finite number >= 0, got {self.offset!r}")
 
     def __call__(self, A: FloatArray, B: FloatArray) -> FloatArray:
-        out: FloatArray = (A @ B.T + self.offset) ** self.degree
-        return out
+        return kernels.poly_matrix(A, B, self.degree, self.offset)
 
     def grad(self, theta: FloatArray, X: FloatArray) -> FloatArray:
-        p = self.degree
-        s = X @ theta + self.offset  # [m]
-        out: FloatArray = X.T * (p * s ** (p - 1))[None, :]
-        return out
+        return kernels.poly_grad(theta, X, self.degree, self.offset)
 
     def grad_grad(self, theta: FloatArray) -> FloatArray:
-        p = self.degree
-        s = float(theta @ theta) + self.offset
-        out: FloatArray = p * s ** (p - 1) * np.eye(theta.shape[0])
-        if p >= 2:
-            out = out + p * (p - 1) * s ** (p - 2) * np.outer(theta, theta)
-        return out
+        return kernels.poly_grad_grad(theta, self.degree, self.offset)
 
     def grad_x(self, A: FloatArray, B: FloatArray) -> FloatArray:
-        p = self.degree
-        s = A @ B.T + self.offset  # [p, q]
-        out: FloatArray = (p * s ** (p - 1))[:, :, None] * B[None, :, :]
-        return out
+        return kernels.poly_grad_x(A, B, self.degree, self.offset)
 
     def grad_cross(self, theta: FloatArray, Z: FloatArray) -> FloatArray:
-        p = self.degree
-        s = Z @ theta + self.offset  # [b]
-        out: FloatArray = (p * s ** (p - 1))[:, None, None] * np.eye(theta.shape[0])[None, :, :]
-        if p >= 2:
-            out = out + (p * (p - 1) * s ** (p - 2))[:, None, None] * (Z[:, :, None] * theta[None, None, :])
-        return out
+        return kernels.poly_grad_cross(theta, Z, self.degree, self.offset)

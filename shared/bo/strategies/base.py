@@ -5,6 +5,7 @@ outcome of a row of the release, by index; or a private gradient step, below, in
 modeler records the whole round in its write-ahead log, sends the requests, waits for every answer, records
 them in the audit log and hands them back to the strategy::
 
+    params  = parse_params(name, raw)                     # the strategy's own ``Params`` model, validated
     state   = Strategy.initial_state(params, n=n, budget=iterations, rng=rng)   # once, at creation; private
     s       = Strategy(Z, params, state)
     round   = s.plan(budget=queries_left, rng=rng)   # [RowRequest(index, details), ...], 1 <= len <= budget
@@ -13,11 +14,17 @@ them in the audit log and hands them back to the strategy::
     s       = Strategy.from_history(Z, params, state, rounds)   # after a restart: the same state again
                                                                 # (``replay``: override to be faster)
 
+A strategy is generic over its request, answer and parameter types, ``Strategy[RequestT, AnswerT, P]``:
+a row strategy is a ``Strategy[RowRequest, Answer, XParams]`` (``XParams`` its ``Params`` model, a
+``StrategyParams``), and its methods receive ``params: XParams``, already validated as such by
+``parse_params``. Code that holds any registered strategy uses ``Strategy[Any, Any, Any]`` (``REGISTRY``,
+``get_strategy``); a bare ``Strategy[RequestT, AnswerT]`` has ``P = StrategyParams``.
+
 Strategies of a second kind run on a curator's private *gradient oracle* (``runs_on = "gradient-oracle"``,
-DP-GIBO, a ``Strategy[GradientRequest, GradientAnswer]``; row strategies are ``Strategy[RowRequest, Answer]``,
-the default) instead of a release: they get a ``GradientDomain`` (the oracle's public dimension, bounds and
-steps) in place of Z, plan ``GradientRequest`` s (theta, the new batch of design points, the kernel) and
-observe ``GradientAnswer`` s (the curator's noisy gradient)::
+DP-GIBO, a ``Strategy[GradientRequest, GradientAnswer, DPGIBOParams]``; row strategies have ``RowRequest``
+and ``Answer``, the defaults) instead of a release: they get a ``GradientDomain`` (the oracle's public
+dimension, bounds and steps) in place of Z, plan ``GradientRequest`` s (theta, the new batch of design
+points, the kernel) and observe ``GradientAnswer`` s (the curator's noisy gradient)::
 
     s       = Strategy(domain, params, state)
     round   = s.plan(budget=steps_left, rng=rng)      # [GradientRequest(theta, points, kernel, ...)]
@@ -226,10 +233,15 @@ class StrategyParams(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class Strategy(ABC, Generic[RequestT, AnswerT]):
+#: A strategy's parameter model (its ``Params``), the type its methods receive ``params`` as.
+P = TypeVar("P", bound=StrategyParams, default=StrategyParams)
+
+
+class Strategy(ABC, Generic[RequestT, AnswerT, P]):
     """One optimisation strategy over the n rows of a released Z (see the module docstring); or, with
-    ``runs_on = "gradient-oracle"`` (a ``Strategy[GradientRequest, GradientAnswer]``), over a curator's
-    private gradient oracle, given its ``GradientDomain`` in place of Z."""
+    ``runs_on = "gradient-oracle"`` (a ``Strategy[GradientRequest, GradientAnswer, P]``), over a curator's
+    private gradient oracle, given its ``GradientDomain`` in place of Z. ``P`` is its ``Params`` model: the
+    type of the ``params`` its methods receive (the modeler validates them with ``parse_params``)."""
 
     #: Registry name (the study's ``strategy``).
     name: ClassVar[str]
@@ -243,11 +255,11 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
     #: (``GradientDomain``; ``gradient_oracle_id``).
     runs_on: ClassVar[RunsOn] = "release"
 
-    def __init__(self, Z: Any, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: Any, params: P, state: Mapping[str, Any]) -> None:
         self.Z = np.ascontiguousarray(Z, dtype=np.float64)
         if self.Z.ndim != 2 or self.Z.shape[0] < 1:
             raise InputDataError(f"Z must be a non-empty n x r array, got shape {self.Z.shape}")
-        self.params = params
+        self.params: P = params
         self.state = dict(state)
 
     @property
@@ -255,9 +267,7 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
         return int(self.Z.shape[0])
 
     @classmethod
-    def initial_state(
-        cls, params: StrategyParams, *, n: int, budget: int, rng: np.random.Generator
-    ) -> dict[str, Any]:
+    def initial_state(cls, params: P, *, n: int, budget: int, rng: np.random.Generator) -> dict[str, Any]:
         """Private, JSON-serialisable choices made once when the study is created (e.g. random first rows).
 
         Raise ``InputDataError`` when the parameters do not fit this release (n rows) or budget.
@@ -265,7 +275,7 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
         return {}
 
     @classmethod
-    def fresh_plays_per_row(cls, params: StrategyParams, *, budget: int) -> int:
+    def fresh_plays_per_row(cls, params: P, *, budget: int) -> int:
         """How many fresh noisy answers of one same row the strategy may ask for (default 1).
 
         Repeated-play strategies (e.g. MoMA-GP-UCB, which plays one row k times per epoch) return their k,
@@ -275,7 +285,7 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
         return 1
 
     @classmethod
-    def output_privacy(cls, params: StrategyParams) -> tuple[float | None, float | None, float | None] | None:
+    def output_privacy(cls, params: P) -> tuple[float | None, float | None, float | None] | None:
         """``(epsilon, B, R)`` the strategy assumes the curator's output mechanism uses, or None (default).
 
         Local-DP strategies (Zhou & Tan 2021) set their truncation levels and beta_t from the Laplace scale
@@ -286,15 +296,13 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
         return None
 
     @classmethod
-    def with_output_privacy(
-        cls, params: StrategyParams, *, epsilon: float, B: float, R: float
-    ) -> StrategyParams:
+    def with_output_privacy(cls, params: P, *, epsilon: float, B: float, R: float) -> P:
         """``params`` with the output mechanism's values the study left out taken from the grant (default:
         unchanged, for strategies that assume no output mechanism)."""
         return params
 
     @classmethod
-    def check_domain(cls, params: StrategyParams, domain: GradientDomain, *, budget: int) -> None:
+    def check_domain(cls, params: P, domain: GradientDomain, *, budget: int) -> None:
         """Gradient-oracle strategies: raise ``InputDataError`` when ``params`` or the ``budget`` (steps) do
         not fit the oracle's domain (checked when the study is created). Default: nothing to check."""
         return None
@@ -324,7 +332,7 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
     def from_history(
         cls,
         Z: Any,
-        params: StrategyParams,
+        params: P,
         state: Mapping[str, Any],
         rounds: Sequence[Sequence[AnswerT]],
     ) -> Self:
@@ -339,9 +347,9 @@ class Strategy(ABC, Generic[RequestT, AnswerT]):
             self.observe(answers)
 
 
-REGISTRY: dict[str, type[Strategy[Any, Any]]] = {}
+REGISTRY: dict[str, type[Strategy[Any, Any, Any]]] = {}
 
-S = TypeVar("S", bound=type[Strategy[Any, Any]])
+S = TypeVar("S", bound=type[Strategy[Any, Any, Any]])
 
 
 def register(cls: S) -> S:
@@ -352,7 +360,7 @@ def register(cls: S) -> S:
     return cls
 
 
-def get_strategy(name: str) -> type[Strategy[Any, Any]]:
+def get_strategy(name: str) -> type[Strategy[Any, Any, Any]]:
     try:
         return REGISTRY[name]
     except KeyError:

@@ -156,7 +156,7 @@ class DPGIBOParams(StrategyParams):
 
 
 @register
-class DPGIBOStrategy(Strategy[GradientRequest, GradientAnswer]):
+class DPGIBOStrategy(Strategy[GradientRequest, GradientAnswer, DPGIBOParams]):
     """``dp-gibo``: one private gradient step per round over the curator's oracle (see the module)."""
 
     name: ClassVar[str] = "dp-gibo"
@@ -173,14 +173,13 @@ class DPGIBOStrategy(Strategy[GradientRequest, GradientAnswer]):
     kinds: ClassVar[tuple[RequestKind, ...]] = ("gradient",)
     runs_on: ClassVar[RunsOn] = "gradient-oracle"
 
-    def __init__(self, Z: Any, params: StrategyParams, state: Mapping[str, Any]) -> None:
-        if not isinstance(params, DPGIBOParams):
+    def __init__(self, Z: Any, params: DPGIBOParams, state: Mapping[str, Any]) -> None:
+        if not isinstance(params, DPGIBOParams):  # (a caller's mix-up: the registry parses DPGIBOParams)
             raise InputDataError(f"dp-gibo needs DPGIBOParams, got {type(params).__name__}")
         domain = Z if isinstance(Z, GradientDomain) else GradientDomain.from_public(Z)
         self.check_domain(params, domain, budget=1)
         self.domain = domain
         self.params = params
-        self.gibo: DPGIBOParams = params
         self.state = dict(state)
         self.bounds: FloatArray = domain.array()
         d = domain.dimension
@@ -215,9 +214,9 @@ class DPGIBOStrategy(Strategy[GradientRequest, GradientAnswer]):
 
     # ------------------------------------------------------------------------------------ interface
     @classmethod
-    def check_domain(cls, params: StrategyParams, domain: GradientDomain, *, budget: int) -> None:
+    def check_domain(cls, params: DPGIBOParams, domain: GradientDomain, *, budget: int) -> None:
         """theta0 has the oracle's dimension and lies in its box; a batch fits one step."""
-        if not isinstance(params, DPGIBOParams):
+        if not isinstance(params, DPGIBOParams):  # (a caller's mix-up: the registry parses DPGIBOParams)
             raise InputDataError(f"dp-gibo needs DPGIBOParams, got {type(params).__name__}")
         d = domain.dimension
         bd = domain.array()
@@ -249,7 +248,7 @@ class DPGIBOStrategy(Strategy[GradientRequest, GradientAnswer]):
         """One step: the batch Z_t minimising alpha(Z; D_{t-1}, theta^(t)) (Alg. 1 line 4 / Alg. 2 4-5)."""
         if budget < 1:
             raise InputDataError(f"budget must be >= 1, got {budget}")
-        p = self.gibo
+        p = self.params
         d = self.domain.dimension
         gp = GradientGP(self.kernel, self.design, jitter=p.jitter)  # no noise_var: Section 3.4, line 6 only
         reached: bool | None = None

@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
+from shared.bo.acquisition import UCB
 from shared.bo.gp import GaussianProcess
 from shared.bo.strategies.base import RowRequest, StrategyParams, register
 from shared.bo.strategies.gp_ucb import GPUCBParams, GPUCBStrategy, gp_ucb_beta
@@ -120,7 +121,7 @@ class GPBUCBParams(GPUCBParams):
 
 
 @register
-class GPBUCBStrategy(GPUCBStrategy):
+class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
     """``gp-bucb``: rounds of ``batch_size`` rows, GP-UCB with hallucinated variance (see the module)."""
 
     name: ClassVar[str] = "gp-bucb"
@@ -134,17 +135,16 @@ class GPBUCBStrategy(GPUCBStrategy):
     )
     Params: ClassVar[type[StrategyParams]] = GPBUCBParams
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
-        if not isinstance(params, GPBUCBParams):
+    def __init__(self, Z: npt.ArrayLike, params: GPBUCBParams, state: Mapping[str, Any]) -> None:
+        if not isinstance(params, GPBUCBParams):  # (gp-ucb's parameters lack the batch)
             raise InputDataError(f"gp-bucb needs GPBUCBParams, got {type(params).__name__}")
         super().__init__(Z, params, state)
-        self.bucb: GPBUCBParams = params
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         """One round of Algorithm 1: ``min(batch_size, budget)`` distinct rows (fewer when rows run out)."""
         if budget < 1:
             raise InputDataError(f"budget must be >= 1, got {budget}")
-        engine, params = self.engine, self.bucb
+        engine, params = self.engine, self.params
         gp = engine.gp
         size = min(params.batch_size, int(budget))
         t0 = gp.t  # observations so far (the last feedback)
@@ -156,32 +156,17 @@ class GPBUCBStrategy(GPUCBStrategy):
         for j in range(size):
             t = t0 + j + 1
             beta = params.beta_scale * gp_bucb_beta(self.n, t, params.delta_prime, params.beta_multiplier)
-            std = hallucinated.std()
-            ucb = mean + math.sqrt(beta) * std
-            ucb[excluded] = -np.inf
-            if t - 1 < len(self.initial):
-                index, source = self.initial[t - 1], "initial"
-            else:
-                index, source = int(np.argmax(ucb)), "gp-bucb"  # first maximum: ties -> smallest index
-                if not np.isfinite(ucb[index]):
-                    if j == 0:
-                        raise StrategyError(f"every one of the {self.n} candidates has been queried already")
-                    break  # fewer rows left than the batch: a shorter round
-            requests.append(
-                RowRequest(
-                    index,
-                    {
-                        "source": source,
-                        "acquisition": float(ucb[index]),
-                        "beta": float(beta),
-                        "mean": float(mean[index]),
-                        "std": float(std[index]),
-                        "hyperparameters": hp,
-                        "position": j,
-                        "batch_size": params.batch_size,
-                    },
-                )
+            ucb = UCB.of(mean, hallucinated.std(), beta, scale=math.sqrt(beta))
+            ucb.exclude(excluded)
+            index, source = ucb.choose(self.initial, t - 1, "gp-bucb")  # first maximum: ties -> smallest
+            if source != "initial" and not np.isfinite(ucb.values[index]):
+                if j == 0:
+                    raise StrategyError(f"every one of the {self.n} candidates has been queried already")
+                break  # fewer rows left than the batch: a shorter round
+            details = ucb.details(
+                index, source=source, hyperparameters=hp, position=j, batch_size=params.batch_size
             )
+            requests.append(RowRequest(index, details))
             excluded[index] = True  # never twice in one round, even with exclude_queried = False
             if j + 1 < size:
                 hallucinated.add(index)

@@ -21,10 +21,11 @@ from typing import Any, ClassVar, Literal, Self
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field
+from typing_extensions import TypeVar
 
+from shared.bo.acquisition import first_argmax, ucb_details, ucb_value
 from shared.bo.gp import GaussianProcess, Hyperparameters, median_distance
 from shared.bo.mle import fit_hyperparameters
-from shared.bo.parallel import argmax
 from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams, register
 from shared.errors import InputDataError, StrategyError
 
@@ -168,7 +169,7 @@ class GPUCB:
         beta = self.beta(t)
         # computed by the last observe's pass over n when no refit came after it (``observe``)
         ucb = self._exclude(self.gp.ucb_values(math.sqrt(beta)))
-        i = argmax(ucb)  # first maximum: deterministic tie-breaking by smallest index
+        i = first_argmax(ucb)  # first maximum: deterministic tie-breaking by smallest index
         if not np.isfinite(ucb[i]):
             raise StrategyError(f"every one of the {self.n} candidates has been queried already")
         mean, std = self.gp.posterior_at(i)
@@ -285,19 +286,25 @@ def row_details(engine: GPUCB, index: int, *, source: str) -> dict[str, Any]:
     beta = engine.beta(engine.gp.t + 1)
     mean, std = engine.gp.posterior_at(index)
     excluded = engine.exclude_queried and bool(engine._queried[int(index)])
-    return {
-        "source": source,
-        "acquisition": -math.inf if excluded else mean + math.sqrt(beta) * std,
-        "beta": float(beta),
-        "mean": mean,
-        "std": std,
-        "hyperparameters": engine.hyperparameters.as_dict(),
-    }
+    return ucb_details(
+        source=source,
+        acquisition=-math.inf if excluded else ucb_value(mean, std, math.sqrt(beta)),
+        beta=beta,
+        mean=mean,
+        std=std,
+        hyperparameters=engine.hyperparameters.as_dict(),
+    )
+
+
+#: The parameters of a GP-UCB strategy: ``GPUCBParams`` (``gp-ucb``) or an extension (``gp-bucb``'s).
+UCBParamsT = TypeVar("UCBParamsT", bound=GPUCBParams, default=GPUCBParams)
 
 
 @register
-class GPUCBStrategy(Strategy):
-    """``gp-ucb``: the random initial rows, then one row per round at the UCB argmax (PO-GP-UCB Alg. 2)."""
+class GPUCBStrategy(Strategy[RowRequest, Answer, UCBParamsT]):
+    """``gp-ucb``: the random initial rows, then one row per round at the UCB argmax (PO-GP-UCB Alg. 2).
+
+    Generic over its parameters (``UCBParamsT``): ``gp-bucb`` extends it with its own (``GPBUCBParams``)."""
 
     name: ClassVar[str] = "gp-ucb"
     description: ClassVar[str] = (
@@ -308,20 +315,18 @@ class GPUCBStrategy(Strategy):
     )
     Params: ClassVar[type[StrategyParams]] = GPUCBParams
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: npt.ArrayLike, params: UCBParamsT, state: Mapping[str, Any]) -> None:
         super().__init__(Z, params, state)
-        assert isinstance(params, GPUCBParams)
         self.engine = self.make_engine(params)
         self.initial = [int(i) for i in self.state.get("initial_indices", [])]
 
-    def make_engine(self, params: GPUCBParams) -> GPUCB:
+    def make_engine(self, params: UCBParamsT) -> GPUCB:
         return GPUCB(self.Z, **params.engine_options())
 
     @classmethod
     def initial_state(
-        cls, params: StrategyParams, *, n: int, budget: int, rng: np.random.Generator
+        cls, params: UCBParamsT, *, n: int, budget: int, rng: np.random.Generator
     ) -> dict[str, Any]:
-        assert isinstance(params, GPUCBParams)
         return initial_rows(params, n=n, budget=budget, rng=rng)
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
@@ -339,5 +344,4 @@ class GPUCBStrategy(Strategy):
     def replay(self, rounds: Sequence[Sequence[Answer]]) -> None:
         """One batch posterior after replaying the scheduled refits (``GPUCB.from_history``)."""
         observations = [(a.request.index, a.y) for answers in rounds for a in answers]
-        assert isinstance(self.params, GPUCBParams)
         self.engine = GPUCB.from_history(self.Z, observations, **self.params.engine_options())

@@ -26,7 +26,7 @@ class RandomParams(StrategyParams):
 
 
 @register
-class RandomRowsStrategy(Strategy):
+class RandomRowsStrategy(Strategy[RowRequest, Answer, RandomParams]):
     """``random``: one row per round, uniform over the rows not queried yet."""
 
     name: ClassVar[str] = "random"
@@ -36,7 +36,7 @@ class RandomRowsStrategy(Strategy):
     )
     Params: ClassVar[type[StrategyParams]] = RandomParams
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: npt.ArrayLike, params: RandomParams, state: Mapping[str, Any]) -> None:
         super().__init__(Z, params, state)
         self._queried = np.zeros(self.n, dtype=bool)
 

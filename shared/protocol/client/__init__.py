@@ -1,4 +1,5 @@
-"""Typed HTTP client of the curator API (``API.md``, curator part): :class:`CuratorClient`.
+"""Typed HTTP clients of the pobo APIs: :class:`CuratorClient` (the curator API, ``API.md`` curator part),
+:class:`ModelerClient` and :class:`FederationClient` (the modeler API: studies, federations).
 
 This is the only way the modeler service talks to a curator, and what a data scientist imports in a
 notebook::
@@ -21,7 +22,11 @@ How it is built — every endpoint is described once, and every request goes one
   method, path template, request builder (query parameters, body, headers), whether it is safe to repeat,
   any extra timeout, and the model its answer parses into.
 * ``curator.py`` holds :class:`CuratorClient`, whose methods are thin typed wrappers: they pick their
-  endpoint and pass their arguments to one ``_call`` -> ``_send`` path (retries, streaming, decoding).
+  endpoint and pass their arguments to one ``_call`` -> ``_send`` path (retries, streaming, decoding), which
+  is :class:`ApiClient`'s (``apiclient.py``), the base of every client here.
+* ``modeler_endpoints.py`` and ``modeler.py`` are the same for the modeler API: :class:`FederationClient`
+  (what a hospital's agent uses, ``shared.tools.agent``) and :class:`ModelerClient` (all of it). They raise
+  the :class:`ModelerApiError` family (same shape as the curator's, ``ApiError`` the base of both).
 * ``base.py`` has the pieces that path uses (error mapping, retry predicate, JSON decoding, TLS
   ``verify``, the checks of downloaded rows); ``errors.py`` what a call can raise.
 
@@ -51,27 +56,44 @@ Behaviour shared by every call:
 
 from __future__ import annotations
 
+from shared.protocol.client.apiclient import ApiClient
 from shared.protocol.client.base import npy_sha256
 from shared.protocol.client.curator import CuratorClient
 from shared.protocol.client.errors import (
     RETRY_STATUSES,
+    ApiError,
+    ApiProtocolError,
+    ApiUnavailable,
     CuratorError,
     CuratorProtocolError,
     CuratorUnavailable,
     Ledger,
     LedgerEntry,
+    ModelerApiError,
+    ModelerProtocolError,
+    ModelerUnavailable,
     QueryWaitTimeout,
     ReleaseIntegrityError,
 )
+from shared.protocol.client.modeler import FederationClient, ModelerClient
 
 __all__ = [
     "RETRY_STATUSES",
+    "ApiClient",
+    "ApiError",
+    "ApiProtocolError",
+    "ApiUnavailable",
     "CuratorClient",
     "CuratorError",
     "CuratorProtocolError",
     "CuratorUnavailable",
+    "FederationClient",
     "Ledger",
     "LedgerEntry",
+    "ModelerApiError",
+    "ModelerClient",
+    "ModelerProtocolError",
+    "ModelerUnavailable",
     "QueryWaitTimeout",
     "ReleaseIntegrityError",
     "npy_sha256",

@@ -17,12 +17,15 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
+from shared.files import fsync_dir
 from shared.protocol.client.errors import (
     _CHUNK,
+    CURATOR_ERRORS,
     RETRY_STATUSES,
-    CuratorError,
-    CuratorProtocolError,
-    CuratorUnavailable,
+    ApiError,
+    ApiProtocolError,
+    ApiUnavailable,
+    ErrorFamily,
     ReleaseIntegrityError,
     _error_from,
 )
@@ -51,13 +54,14 @@ class _Call:
 
 
 @contextmanager
-def _transport_errors(call: _Call) -> Iterator[None]:
-    """httpx transport failures -> ``CuratorUnavailable`` (never an httpx exception to our callers)."""
+def _transport_errors(call: _Call, errors: ErrorFamily = CURATOR_ERRORS) -> Iterator[None]:
+    """httpx transport failures -> ``CuratorUnavailable`` (the family's; never an httpx exception to our
+    callers)."""
     try:
         yield
     except httpx.TransportError as exc:
         sent = not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
-        raise CuratorUnavailable(
+        raise errors.unavailable(
             f"{type(exc).__name__}: {exc or 'connection failed'}",
             sent=sent,
             method=call.method,
@@ -77,14 +81,14 @@ def _files(call: _Call) -> Iterator[dict[str, Any] | None]:
         yield {"file": (upload.name, fh, "text/csv")}
 
 
-def _should_retry(call: _Call) -> Callable[[BaseException], bool]:
-    """Transport failures and 5xx answers of a call that is safe to repeat; a request that never left
-    (the connection could not be opened) is always safe."""
+def _should_retry(call: _Call, statuses: frozenset[int] = RETRY_STATUSES) -> Callable[[BaseException], bool]:
+    """Transport failures and 5xx answers (``statuses``) of a call that is safe to repeat; a request that
+    never left (the connection could not be opened) is always safe."""
 
     def predicate(exc: BaseException) -> bool:
-        if isinstance(exc, CuratorUnavailable):
+        if isinstance(exc, ApiUnavailable):
             return call.idempotent or not exc.sent
-        return call.idempotent and isinstance(exc, CuratorError) and exc.status_code in RETRY_STATUSES
+        return call.idempotent and isinstance(exc, ApiError) and exc.status_code in statuses
 
     return predicate
 
@@ -112,28 +116,28 @@ def _write_body(resp: httpx.Response, dest: Path) -> str:
     return h.hexdigest()
 
 
-def _not_pobo(resp: httpx.Response, message: str) -> CuratorProtocolError:
-    return CuratorProtocolError(
-        resp.status_code, message, method=resp.request.method, path=resp.request.url.path
-    )
+def _not_pobo(resp: httpx.Response, message: str, errors: ErrorFamily = CURATOR_ERRORS) -> ApiProtocolError:
+    return errors.protocol(resp.status_code, message, method=resp.request.method, path=resp.request.url.path)
 
 
-def _check_status(resp: httpx.Response) -> None:
-    """An error answer as ``CuratorError``; a redirect (never followed) as ``CuratorProtocolError``."""
+def _check_status(resp: httpx.Response, errors: ErrorFamily = CURATOR_ERRORS) -> None:
+    """An error answer as ``CuratorError``; a redirect (never followed) as ``CuratorProtocolError`` (the
+    family's)."""
     if resp.status_code >= 400:
-        raise _error_from(resp)
+        raise _error_from(resp, errors)
     if 300 <= resp.status_code < 400:
         target = resp.headers.get("location", "elsewhere")
         raise _not_pobo(
             resp,
-            f"a redirect to {target[:200]}, which pobo never follows (a curator does not redirect); if you "
-            "trust that address, use it as curator_url",
+            f"a redirect to {target[:200]}, which pobo never follows (a {errors.service} does not redirect); "
+            f"if you trust that address, use it as {errors.url}",
+            errors,
         )
 
 
-def _decode(resp: httpx.Response) -> Any:
+def _decode(resp: httpx.Response, errors: ErrorFamily = CURATOR_ERRORS) -> Any:
     """The JSON body of a successful pobo answer (None when empty); anything else is an error."""
-    _check_status(resp)
+    _check_status(resp, errors)
     if resp.status_code == 204 or not resp.content:
         return None
     kind = resp.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -144,8 +148,9 @@ def _decode(resp: httpx.Response) -> Any:
     except ValueError:
         raise _not_pobo(
             resp,
-            f"expected the JSON of a pobo curator, got {kind or 'a body without a content type'}: is the "
-            "curator_url the curator service's address?",
+            f"expected the JSON of a pobo {errors.service}, got {kind or 'a body without a content type'}: "
+            f"is the {errors.url} the {errors.service} service's address?",
+            errors,
         ) from None
 
 
@@ -184,14 +189,7 @@ def _fsync_replace(tmp: Path, dest: Path) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, dest)
-    try:
-        dir_fd = os.open(dest.parent, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(dest.parent)
 
 
 def npy_sha256(path: str | os.PathLike[str]) -> str:

@@ -1,36 +1,22 @@
-"""``CuratorClient``: typed methods over the endpoint table, and the one path every request takes."""
+"""``CuratorClient``: typed methods over the curator's endpoint table (the request path: ``ApiClient``)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import ssl
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import httpx
 import numpy as np
 import numpy.typing as npt
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from shared.protocol.client.base import (
-    Parts,
-    _Call,
-    _check_rows,
-    _check_status,
-    _decode,
-    _files,
-    _fsync_replace,
-    _should_retry,
-    _transport_errors,
-    _verify,
-    _write_body,
-)
-from shared.protocol.client.endpoints import API, Endpoint
-from shared.protocol.client.errors import RETRY_STATUSES, Ledger, QueryWaitTimeout, _error_from
+from shared.protocol.client.apiclient import ApiClient
+from shared.protocol.client.base import _check_rows, _check_status, _fsync_replace
+from shared.protocol.client.endpoints import API
+from shared.protocol.client.errors import CURATOR_ERRORS, Ledger, QueryWaitTimeout
 from shared.protocol.schemas import (
     AccessLogPublic,
     DatasetPublic,
@@ -52,14 +38,13 @@ from shared.protocol.schemas import (
     ReleasesPublic,
 )
 
-R = TypeVar("R")
 
-
-class CuratorClient:
+class CuratorClient(ApiClient):
     """Blocking client of the curator API. Thread-safe; use as a context manager or call :meth:`close`.
 
-    ``token`` is the admin token (curator staff) or a partner token (a modeler). ``transport`` lets tests
-    plug in an ``httpx.MockTransport``. Example (a partner)::
+    The request path (timeouts, retries, errors, TLS ``verify``) is :class:`ApiClient`'s; its errors are the
+    ``CuratorError`` family. ``token`` is the admin token (curator staff) or a partner token (a modeler).
+    ``transport`` lets tests plug in an ``httpx.MockTransport``. Example (a partner)::
 
         with CuratorClient("http://127.0.0.1:8001", token=partner_token) as curator:
             release = curator.get_release(1)
@@ -69,96 +54,7 @@ class CuratorClient:
                 q = curator.wait_for_query(q.id)
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None = None,
-        *,
-        timeout: float = 30.0,
-        retries: int = 4,
-        backoff: float = 0.2,
-        max_backoff: float = 5.0,
-        transport: httpx.BaseTransport | None = None,
-        verify: ssl.SSLContext | str | Path | bool = True,
-    ) -> None:
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
-        self.base_url = base_url.rstrip("/")
-        self._token = token
-        self.timeout = float(timeout)
-        self.retries = int(retries)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
-        headers = {"User-Agent": "pobo-client/0.1", "Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=self._timeout(),
-            transport=transport,
-            verify=_verify(verify),
-        )
-
-    def __repr__(self) -> str:  # never shows the token
-        return f"{type(self).__name__}({self.base_url!r})"
-
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
-
-    def __enter__(self) -> CuratorClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- the one request path --------------------------------------------------------------------------
-    def _timeout(self, extra: float = 0.0) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout + extra, connect=min(self.timeout, 10.0))
-
-    def _send(self, call: _Call, into: Path | None = None) -> tuple[httpx.Response, str]:
-        """Make ``call``, retried (tenacity: exponential backoff with jitter) while :func:`_should_retry`
-        allows; the last error is re-raised as is. Returns the answer with its body read — or, with
-        ``into`` and a 2xx answer, streamed into that file (rewritten on every attempt) and its sha256."""
-        retrying = Retrying(
-            retry=retry_if_exception(_should_retry(call)),
-            stop=stop_after_attempt(self.retries + 1),
-            wait=wait_exponential_jitter(multiplier=self.backoff, max=self.max_backoff, jitter=self.backoff),
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                digest = ""
-                with (
-                    _transport_errors(call),
-                    _files(call) as files,
-                    self._http.stream(
-                        call.method,
-                        call.path,
-                        params=call.parts.params,
-                        json=call.parts.json,
-                        data=call.parts.data,
-                        files=files,
-                        headers=call.parts.headers,
-                        timeout=self._timeout(call.parts.extra_timeout),
-                    ) as resp,
-                ):
-                    if into is not None and 200 <= resp.status_code < 300:
-                        digest = _write_body(resp, into)
-                    else:
-                        resp.read()
-                if resp.status_code in RETRY_STATUSES:
-                    raise _error_from(resp)
-        return resp, digest
-
-    def _call(self, endpoint: Endpoint[R], **args: Any) -> R:
-        """Look the operation up in the table, send it, and parse the answer as the endpoint says."""
-        resp, _ = self._send(endpoint.bind(**args))
-        if endpoint.accept == "application/json":
-            return endpoint.parse(_decode(resp))
-        _check_status(resp)
-        return endpoint.parse(resp.content)
+    errors = CURATOR_ERRORS
 
     # -- operations ------------------------------------------------------------------------------------
     def healthz(self) -> Health:
@@ -408,9 +304,3 @@ class CuratorClient:
     def list_gradient_steps(self, oracle_id: int) -> GradientStepsPublic:
         """The steps answered (admin: all; partner: its own)."""
         return self._call(API.list_gradient_steps, oracle_id=oracle_id)
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Escape hatch for endpoints without a method here: decoded JSON, same retries and errors."""
-        idempotent = method.upper() == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
-        resp, _ = self._send(_Call(method.upper(), path, Parts(**kwargs), idempotent))
-        return _decode(resp)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.protocol import schemas
 from shared.protocol.client.base import Parts, _Call
-from shared.protocol.client.errors import NPY_MEDIA_TYPE, CuratorProtocolError, Ledger
+from shared.protocol.client.errors import CURATOR_ERRORS, NPY_MEDIA_TYPE, ErrorFamily, Ledger
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -69,25 +69,25 @@ class Endpoint(Generic[R]):
 
 
 # -- answers ---------------------------------------------------------------------------------------------
-def parse_model(model: type[M], data: Any) -> M:
+def parse_model(model: type[M], data: Any, errors: ErrorFamily = CURATOR_ERRORS) -> M:
     """``data`` as ``model``; a body of another shape is the server's fault, not ours (no 500 for it)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "the body"
-        raise CuratorProtocolError(
+        raise errors.protocol(
             None,
-            f"expected a pobo curator's {model.__name__}, got JSON of another shape ({where}: "
-            f"{first['msg']}): is the curator_url the curator service's address?",
+            f"expected a pobo {errors.service}'s {model.__name__}, got JSON of another shape ({where}: "
+            f"{first['msg']}): is the {errors.url} the {errors.service} service's address?",
         ) from None
 
 
-def model(cls: type[M]) -> Callable[[Any], M]:
+def model(cls: type[M], errors: ErrorFamily = CURATOR_ERRORS) -> Callable[[Any], M]:
     """The ``parse`` of an endpoint that answers one pydantic model."""
 
     def parse(data: Any) -> M:
-        return parse_model(cls, data)
+        return parse_model(cls, data, errors)
 
     return parse
 

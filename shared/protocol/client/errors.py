@@ -1,8 +1,10 @@
-"""What a curator call can raise, and how an HTTP answer becomes one of them."""
+"""What a call of a pobo API can raise (the curator's and the modeler's), and how an HTTP answer becomes one
+of them."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -24,12 +26,16 @@ NPY_MEDIA_TYPE = "application/x-npy"
 _CHUNK = 1 << 20
 
 
-class CuratorError(PoboError):
-    """The curator answered with an error (``status_code`` 4xx/5xx) or could not be reached (None).
+class ApiError(PoboError):
+    """A pobo service answered with an error (``status_code`` 4xx/5xx) or could not be reached (None).
 
-    ``detail`` is the curator's own ``{"detail": ...}`` message (validation errors are flattened to one
-    readable line), so ``str(err)`` tells the user what the curator objected to.
+    The base of :class:`CuratorError` (the curator API) and :class:`ModelerApiError` (the modeler API);
+    ``service`` names the server in the message. ``detail`` is the server's own ``{"detail": ...}`` message
+    (validation errors are flattened to one readable line), so ``str(err)`` tells the user what it objected
+    to.
     """
+
+    service = "server"
 
     def __init__(
         self,
@@ -47,13 +53,15 @@ class CuratorError(PoboError):
         self.retry_after = retry_after  # seconds, from the answer's Retry-After header (None: none sent)
         where = f" {method} {path}" if method else ""
         if status_code is None:
-            super().__init__(f"the curator could not be reached{' for' + where if where else ''}: {detail}")
+            super().__init__(
+                f"the {self.service} could not be reached{' for' + where if where else ''}: {detail}"
+            )
         else:
-            super().__init__(f"curator answered {status_code} to{where or ' a request'}: {detail}")
+            super().__init__(f"{self.service} answered {status_code} to{where or ' a request'}: {detail}")
 
 
-class CuratorUnavailable(CuratorError):
-    """The curator could not be reached (connection refused, timeout, broken connection) after retries.
+class ApiUnavailable(ApiError):
+    """The server could not be reached (connection refused, timeout, broken connection) after retries.
 
     ``sent`` is False when the connection could not even be opened (the request never left this host).
     """
@@ -63,13 +71,68 @@ class CuratorUnavailable(CuratorError):
         super().__init__(None, detail, method=method, path=path)
 
 
+class ApiProtocolError(ApiError):
+    """The server answered, but not as a pobo service does: a redirect (never followed), a body that is not
+    JSON, or JSON of another shape. Usually the URL points at another web server."""
+
+
+class CuratorError(ApiError):
+    """The curator answered with an error (``status_code`` 4xx/5xx) or could not be reached (None).
+
+    ``detail`` is the curator's own ``{"detail": ...}`` message (validation errors are flattened to one
+    readable line), so ``str(err)`` tells the user what the curator objected to.
+    """
+
+    service = "curator"
+
+
+class CuratorUnavailable(CuratorError, ApiUnavailable):
+    """The curator could not be reached (connection refused, timeout, broken connection) after retries.
+
+    ``sent`` is False when the connection could not even be opened (the request never left this host).
+    """
+
+
 class ReleaseIntegrityError(CuratorError):
     """Downloaded release rows do not match the release's published sha256 (or are not an n x r array)."""
 
 
-class CuratorProtocolError(CuratorError):
+class CuratorProtocolError(CuratorError, ApiProtocolError):
     """The server answered, but not as a pobo curator does: a redirect (never followed), a body that is not
     JSON, or JSON of another shape. Usually ``curator_url`` points at another web server."""
+
+
+class ModelerApiError(ApiError):
+    """The modeler answered with an error (``status_code`` 4xx/5xx) or could not be reached (None); raised
+    by :class:`~shared.protocol.client.ModelerClient` (studies) and ``FederationClient`` (agents)."""
+
+    service = "modeler"
+
+
+class ModelerUnavailable(ModelerApiError, ApiUnavailable):
+    """The modeler could not be reached (connection refused, timeout, broken connection) after retries."""
+
+
+class ModelerProtocolError(ModelerApiError, ApiProtocolError):
+    """The server answered, but not as a pobo modeler does (a redirect, a body that is not its JSON).
+    Usually ``modeler_url`` points at another web server."""
+
+
+@dataclass(frozen=True)
+class ErrorFamily:
+    """What a client raises, and how its messages name the server and the URL the user gave."""
+
+    service: str
+    url: str
+    error: type[ApiError]
+    unavailable: type[ApiUnavailable]
+    protocol: type[ApiProtocolError]
+
+
+CURATOR_ERRORS = ErrorFamily("curator", "curator_url", CuratorError, CuratorUnavailable, CuratorProtocolError)
+MODELER_ERRORS = ErrorFamily(
+    "modeler", "modeler_url", ModelerApiError, ModelerUnavailable, ModelerProtocolError
+)
 
 
 def _detail_text(detail: Any) -> str:
@@ -87,9 +150,10 @@ def _detail_text(detail: Any) -> str:
     return json.dumps(detail, sort_keys=True, default=str)
 
 
-def _error_from(resp: httpx.Response) -> CuratorError:
-    """A pobo error answer (JSON with ``detail``) as ``CuratorError``; anything else (an HTML page of a proxy
-    or of another web server) as ``CuratorProtocolError``, keeping the status code (a 503 stays a 503)."""
+def _error_from(resp: httpx.Response, errors: ErrorFamily = CURATOR_ERRORS) -> ApiError:
+    """A pobo error answer (JSON with ``detail``) as the family's error (``CuratorError``); anything else (an
+    HTML page of a proxy or of another web server) as its protocol error (``CuratorProtocolError``), keeping
+    the status code (a 503 stays a 503)."""
     method, path = resp.request.method, resp.request.url.path
     try:
         body = resp.json()
@@ -97,14 +161,15 @@ def _error_from(resp: httpx.Response) -> CuratorError:
         body = None
     retry_after = _retry_after(resp.headers.get("retry-after"))
     if isinstance(body, dict) and "detail" in body:
-        return CuratorError(
+        return errors.error(
             resp.status_code, _detail_text(body["detail"]), method=method, path=path, retry_after=retry_after
         )
     kind = resp.headers.get("content-type", "").split(";")[0].strip() or "a body without a content type"
-    return CuratorProtocolError(
+    return errors.protocol(
         resp.status_code,
-        f"{resp.reason_phrase or 'error'}, with {kind} instead of a pobo curator's error body "
-        "(is the curator_url the curator service's address, or is a proxy in front of it failing?)",
+        f"{resp.reason_phrase or 'error'}, with {kind} instead of a pobo {errors.service}'s error body "
+        f"(is the {errors.url} the {errors.service} service's address, or is a proxy in front of it "
+        "failing?)",
         method=method,
         path=path,
         retry_after=retry_after,

@@ -1,6 +1,6 @@
-"""Public request and response bodies of the pobo HTTP API (the curator part).
+"""Public request and response bodies of the pobo HTTP API (the curator part, and the modeler's federations).
 
-Both the curator service and its clients (the modeler's ``shared.protocol.client``) import these, so they are
+Both the services and their clients (``shared.protocol.client``) import these, so they are
 pure pydantic: this package never imports FastAPI or SQLAlchemy. Field names are part of the HTTP
 contract (docs/api.md); fields only ever get added.
 
@@ -8,7 +8,7 @@ Privacy split: ``ReleasePublic`` is what a partner (the modeler) may see; ``Rele
 curator-private diagnostics (``sigma_min``, ``lifted``, the scaling) and is only served to the curator's
 admin. One module per seam: ``common`` (types, bounds, scaling), ``budget`` (populations, ledger, privacy
 report), ``datasets``, ``releases``, ``access`` (partners, queries, health, access log),
-``gradients`` (DP-GIBO oracles).
+``gradients`` (DP-GIBO oracles), ``federations`` (the modeler's DP-FTS-DE coordinator and its agents).
 """
 
 from __future__ import annotations
@@ -23,11 +23,15 @@ from shared.protocol.schemas.access import (
     PartnerCreated,
     PartnerPublic,
     PartnersPublic,
+    PartnerUpdate,
     QueriesPublic,
     QueryCreate,
     QueryLogVerification,
     QueryPublic,
     QueryResult,
+    TokenCreated,
+    TokenPublic,
+    TokensPublic,
 )
 from shared.protocol.schemas.budget import (
     FeatureProtection,
@@ -61,9 +65,26 @@ from shared.protocol.schemas.datasets import (
     DatasetPublic,
     DatasetsPublic,
 )
+from shared.protocol.schemas.federations import (
+    AgentCreate,
+    AgentCreated,
+    AgentPublic,
+    FederationCreate,
+    FederationPublic,
+    FederationsPublic,
+    FederationStart,
+    FederationStatus,
+    RoundPublic,
+    RoundStanding,
+    RoundStatus,
+    SubmissionAccepted,
+    SubmissionCreate,
+    TemperatureIn,
+)
 from shared.protocol.schemas.gradients import (
     GradientKernel,
     GradientOracleCreate,
+    GradientOracleInfo,
     GradientOraclePublic,
     GradientOraclesPublic,
     GradientStepCreate,
@@ -84,14 +105,23 @@ from shared.servicekit.health_schema import Health
 __all__ = [
     "AccessLogEntry",
     "AccessLogPublic",
+    "AgentCreate",
+    "AgentCreated",
+    "AgentPublic",
     "DELTA_MIN",
     "DatasetPublic",
     "DatasetsPublic",
     "EPSILON_MAX",
     "EPSILON_MIN",
     "FeatureProtection",
+    "FederationCreate",
+    "FederationPublic",
+    "FederationStart",
+    "FederationStatus",
+    "FederationsPublic",
     "GradientKernel",
     "GradientOracleCreate",
+    "GradientOracleInfo",
     "GradientOraclePublic",
     "GradientOraclesPublic",
     "GradientStepCreate",
@@ -112,6 +142,10 @@ __all__ = [
     "ObjectiveMode",
     "PartnerCreate",
     "PartnerCreated",
+    "PartnerUpdate",
+    "TokenCreated",
+    "TokenPublic",
+    "TokensPublic",
     "PartnerPublic",
     "PartnersPublic",
     "OutputLedger",
@@ -134,7 +168,13 @@ __all__ = [
     "ReleaseRows",
     "ReleasesPublic",
     "Request",
+    "RoundPublic",
+    "RoundStanding",
+    "RoundStatus",
     "RowId",
     "ScalingInfo",
     "ScalingKind",
+    "SubmissionAccepted",
+    "SubmissionCreate",
+    "TemperatureIn",
 ]

@@ -101,6 +101,35 @@ class PartnerCreate(Request):
     )
 
 
+class PartnerUpdate(Request):
+    """``PATCH /v1/partners/{id}``: what may change in a partner after it was created."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"max_queries": 500}]})
+
+    max_queries: int | None = Field(
+        default=None,
+        ge=0,
+        le=10**9,
+        description="The new query quota over all granted releases: raised, or lowered to no less than the "
+        "queries the partner has used.",
+    )
+
+    output_privacy: OutputPrivacy | None = Field(
+        default=None,
+        description="The partner's new output privacy, only ever tighter: from raw answers to CTL, or a "
+        "charge per answer no larger, fresh repeats not newly allowed, a per-row cap no larger. Answers "
+        "already given keep their charges; loosening is refused (create a partner with the looser grant).",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> PartnerUpdate:
+        if not self.model_fields_set & {"max_queries", "output_privacy"}:
+            raise ValueError("name what to change: max_queries and/or output_privacy")
+        if "max_queries" in self.model_fields_set and self.max_queries is None:
+            raise ValueError("max_queries must be a number (the new quota)")
+        return self
+
+
 class PartnerCreated(BaseModel):
     """Returned once, at creation: the only time the token is ever shown."""
 
@@ -127,6 +156,30 @@ class PartnerPublic(BaseModel):
     gradient_oracle_ids: list[int] = Field(
         default_factory=list, description="Gradient oracles this partner may step (DP-GIBO)."
     )
+
+
+class TokenCreated(BaseModel):
+    """``POST /v1/partners/{id}/tokens``: a new bearer token of the partner, shown this once. The partner's
+    other tokens stay valid until they are revoked (``DELETE /v1/partners/{id}/tokens/{token_id}``)."""
+
+    id: int = Field(description="The token's id (to revoke it later); never the token itself.")
+    partner_id: int
+    token: str
+    created_at: datetime
+
+
+class TokenPublic(BaseModel):
+    """One of a partner's tokens, without the token (the curator keeps only its hash)."""
+
+    id: int
+    partner_id: int
+    created_at: datetime
+    revoked: bool
+
+
+class TokensPublic(BaseModel):
+    data: list[TokenPublic]
+    count: int
 
 
 class PartnersPublic(BaseModel):

@@ -129,6 +129,35 @@ class GradientOraclePublic(BaseModel):
     created_at: datetime
 
 
+class GradientOracleInfo(BaseModel):
+    """The public parameters of the gradient oracle a study runs on, as the curator showed this partner
+    when the study was created (``GET /v1/gradient-oracles/{id}``)."""
+
+    id: int
+    dataset_id: int
+    loss: str
+    dimension: int
+    bounds: list[list[float]]
+    clip: float = Field(description="B: each row's gradient is clipped to norm B.")
+    mu: float = Field(description="mu-GDP of all the oracle's steps together.")
+    steps: int = Field(description="T: how many steps the oracle answers in all.")
+    steps_left: int = Field(description="Steps left when the study was created.")
+    epsilon: float
+    delta: float
+    n: int = Field(description="Rows the gradients average over.")
+    noise_std: float = Field(
+        description="Std of the Gaussian noise per coordinate: 2 clip sqrt(steps)/(n mu)."
+    )
+    intercept: bool
+    delta_huber: float | None = None
+    weight_clip: float | None = None
+
+    @classmethod
+    def of(cls, oracle: GradientOraclePublic) -> GradientOracleInfo:
+        """The part of the curator's answer a modeler's study keeps (and shows in ``StudyPublic``)."""
+        return cls(**{name: getattr(oracle, name) for name in cls.model_fields})
+
+
 class GradientOraclesPublic(BaseModel):
     data: list[GradientOraclePublic]
     count: int

@@ -13,17 +13,25 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import json
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
+from cryptography.fernet import Fernet, InvalidToken
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+from shared.servicekit.tokens import is_token
 
 __all__ = ["ConsoleSession", "SessionSigner"]
 
 #: Lifetime of the sign-in form's pre-session cookie (seconds).
 SIGN_IN_FORM_SECONDS = 15 * 60
+#: Lifetime of a flash: what a form's answer shows once, after its redirect (seconds).
+FLASH_SECONDS = 120
 
 
 @dataclass(frozen=True)
@@ -42,19 +50,22 @@ class SessionSigner:
         self._key = hashlib.sha256(f"pobo-console\0{service}\0{operator_token}".encode()).digest()
         self._serializer = URLSafeTimedSerializer(self._key, salt=f"pobo-console-session-{service}")
         self._pre = URLSafeTimedSerializer(self._key, salt=f"pobo-console-sign-in-{service}")
-        self._expected = hashlib.sha256(operator_token.encode("utf-8")).digest()
+        self._is_operator = is_token(operator_token)
         self.max_age = max_age_seconds
         self.secure = secure
         prefix = "__Host-" if secure else ""
         # One name per service: cookies are not isolated by port, and both services may share a host.
         self.cookie_name = f"{prefix}pobo_{service}_console"
         self.pre_cookie_name = f"{prefix}pobo_{service}_sign_in"
+        self.flash_cookie_name = f"{prefix}pobo_{service}_flash"
+        flash_key = hashlib.sha256(self._key + b"\0flash").digest()
+        self._flash = Fernet(base64.urlsafe_b64encode(flash_key))
 
     # ----------------------------------------------------------------------------------- the operator token
 
     def is_operator_token(self, token: str) -> bool:
         """Constant-time: digests compared, so the length of a wrong token tells nothing."""
-        return hmac.compare_digest(hashlib.sha256(token.encode("utf-8")).digest(), self._expected)
+        return self._is_operator(token)
 
     # ----------------------------------------------------------------------------------------- the session
 
@@ -84,6 +95,30 @@ class SessionSigner:
     @staticmethod
     def csrf_matches(expected: str, sent: str | None) -> bool:
         return bool(sent) and hmac.compare_digest(expected.encode(), str(sent).encode())
+
+    # -------------------------------------------------------------------------------------------- flash
+
+    def seal(self, sid: str, data: dict[str, Any]) -> str:
+        """``data`` for one later page of session ``sid``, encrypted and authenticated (Fernet): what a
+        form's answer shows after its redirect (post/redirect/get), e.g. a new token shown once."""
+        return self._flash.encrypt(json.dumps({"sid": sid, "data": data}).encode()).decode("ascii")
+
+    def unseal(self, sid: str, value: str | None) -> dict[str, Any] | None:
+        """The data sealed for session ``sid`` (None: none, another session's, forged or expired)."""
+        if not value:
+            return None
+        try:
+            payload = json.loads(self._flash.decrypt(value.encode("ascii"), ttl=FLASH_SECONDS))
+        except (InvalidToken, ValueError):
+            return None
+        if (
+            not isinstance(payload, dict)
+            or payload.get("sid") != sid
+            or not isinstance(payload.get("data"), dict)
+        ):
+            return None
+        data: dict[str, Any] = payload["data"]
+        return data
 
     def new_sign_in_form(self) -> tuple[str, str]:
         """The sign-in form's pre-session: (cookie value, the form's CSRF token)."""

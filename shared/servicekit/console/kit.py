@@ -28,7 +28,7 @@ from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescap
 from starlette.datastructures import FormData
 
 from shared.servicekit.app import AuthFailures
-from shared.servicekit.console.auth import SIGN_IN_FORM_SECONDS, ConsoleSession, SessionSigner
+from shared.servicekit.console.auth import FLASH_SECONDS, SIGN_IN_FORM_SECONDS, ConsoleSession, SessionSigner
 from shared.servicekit.exceptions import ServiceError
 
 __all__ = ["Console", "ConsoleHeaders", "ConsoleRefusal", "FormPost", "SignedIn"]
@@ -238,6 +238,31 @@ class Console:
         }
         frame.update(context or {})  # (the sign-in page brings its own pre-session CSRF token)
         return HTMLResponse(self.env.get_template(template).render(**frame), status_code=status_code)
+
+    def redirect_with_flash(self, url: str, session: ConsoleSession, data: dict[str, Any]) -> Response:
+        """Post/redirect/get: a 303 to ``url`` carrying ``data`` for that page alone (``take_flash``), so a
+        reload of the page it shows repeats nothing."""
+        response = RedirectResponse(url, status_code=303)
+        self._set_cookie(
+            response, self.signer.flash_cookie_name, self.signer.seal(session.sid, data), FLASH_SECONDS
+        )
+        return response
+
+    def flash(self, request: Request, session: ConsoleSession) -> dict[str, Any] | None:
+        """The data a redirect carried to this page (``redirect_with_flash``); ``forget_flash`` the answer."""
+        return self.signer.unseal(session.sid, request.cookies.get(self.signer.flash_cookie_name))
+
+    def forget_flash(self, response: Response) -> Response:
+        """The page answers once: the browser drops the flash, and keeps no copy of the page."""
+        response.delete_cookie(
+            self.signer.flash_cookie_name,
+            path="/",
+            secure=self.signer.secure,
+            httponly=True,
+            samesite="strict",
+        )
+        response.headers["Cache-Control"] = "no-store"
+        return response
 
     def error_page(self, request: Request, status: int, message: str) -> HTMLResponse:
         return self.render(request, "error.html", {"status": status, "message": message}, status_code=status)

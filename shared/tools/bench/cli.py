@@ -14,17 +14,20 @@ import typer
 
 bench_app = typer.Typer(help="Benchmarks (utility and speed); not tests.", no_args_is_help=True)
 
+# The options most commands share.
+JsonOption = Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")]
+SeedOption = Annotated[int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")]
+WorkersOption = Annotated[int, typer.Option(min=1, help="Worker processes.")]
+
 
 @bench_app.command("synthetic")
 def bench_synthetic(
     runs: Annotated[int, typer.Option(min=1, help="Random runs per setting (paper: 50).")] = 50,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     plot: Annotated[Path | None, typer.Option(help="Write the Fig. 2a-style plot (PNG) here.")] = None,
     quick: Annotated[bool, typer.Option(help="A few runs of a few settings: a smoke test.")] = False,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    seed: SeedOption = 0,
+    workers: WorkersOption = 2,
     strategies: Annotated[
         str | None,
         typer.Option(
@@ -79,12 +82,10 @@ def bench_ldp(
     settings: Annotated[
         str, typer.Option(help="Comma-separated settings: se, matern, student-t, combined.")
     ] = "se,matern,student-t,combined",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     plot: Annotated[Path | None, typer.Option(help="Write the cumulative-regret plot (PNG) here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    seed: SeedOption = 0,
+    workers: WorkersOption = 2,
     beta_multiplier: Annotated[
         float, typer.Option(min=0.0, help="The six strategies' factor on the theorems' beta (1 = as stated).")
     ] = 1.0,
@@ -95,15 +96,11 @@ def bench_ldp(
     from shared.tools.bench.ldp import SETTINGS
     from shared.tools.bench.ldp import main as run
 
-    chosen = [s.strip() for s in settings.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SETTINGS]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown setting {unknown}: choose from {', '.join(SETTINGS)}")
     run(
         runs=runs,
         T=T,
         combined_T=combined_T,
-        settings=list(dict.fromkeys(chosen)),
+        settings=_pick(settings, SETTINGS, "setting"),
         seed=seed,
         workers=workers,
         json_path=json_path,
@@ -138,11 +135,9 @@ def bench_strategies(
     gibo: Annotated[
         bool, typer.Option(help="Also dp-gibo at its defaults on the breast-cancer logistic regression.")
     ] = True,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    json_path: JsonOption = None,
+    seed: SeedOption = 0,
+    workers: WorkersOption = 2,
 ) -> None:
     """Every strategy at its defaults on three input-private problems, with and without output privacy: the
     regret of the rows played over random play's (issue 32), and dp-gibo's gap closed."""
@@ -168,12 +163,10 @@ def bench_gibo(
         str,
         typer.Option(help="Comma-separated examples: normal-location, huber-regression, gp-lengthscales."),
     ] = "normal-location,huber-regression,gp-lengthscales",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     plot: Annotated[Path | None, typer.Option(help="Write the error-path plot (PNG) here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    seed: SeedOption = 0,
+    workers: WorkersOption = 2,
 ) -> None:
     """The DP-GIBO paper's Section 4 examples (Scalable DP Bayesian optimisation, Algorithm 1, Fig. 1-2, 4):
     normal location (4.1), Huber regression vs noisy GD (4.2), GP length-scale tuning vs random search and
@@ -197,12 +190,10 @@ def bench_fed(
     settings: Annotated[
         str, typer.Option(help="Comma-separated settings: synthetic, svm-shards.")
     ] = "synthetic,svm-shards",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     plot: Annotated[Path | None, typer.Option(help="Write the regret-curve plot (PNG) here.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="Benchmark seed (benchmarks only; never used in production).")
-    ] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    seed: SeedOption = 0,
+    workers: WorkersOption = 2,
 ) -> None:
     """DP-FTS-DE's Section 5 (federated DP Thompson sampling, Algorithms 1-2, Fig. 2-3): TS vs FTS vs FTS-DE
     and the impact of S, q and z with epsilon (PLD / RDP) beside each DP curve, on a synthetic GP federation
@@ -222,7 +213,7 @@ def bench_fed(
 
 @bench_app.command("perf")
 def bench_perf(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     n_release: Annotated[int, typer.Option(help="Rows of the release benchmark.")] = 1_000_000,
     n_gp: Annotated[int, typer.Option(help="Candidates of the GP-UCB loop benchmark.")] = 100_000,
     n_floor: Annotated[
@@ -242,7 +233,7 @@ def bench_perf(
 
 @bench_app.command("steps")
 def bench_steps(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     n: Annotated[
         int, typer.Option(min=100, help="Rows of the release (and of the DP-GIBO dataset).")
     ] = 100_000,
@@ -266,7 +257,7 @@ def bench_steps(
 
 @bench_app.command("service")
 def bench_service(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     n: Annotated[int, typer.Option(min=10, help="Rows of the synthetic release.")] = 10_000,
     iterations: Annotated[int, typer.Option(min=2, help="Iterations per study (t <= this).")] = 50,
     studies: Annotated[int, typer.Option(min=1, help="Studies (each a fresh t = 1..iterations).")] = 3,
@@ -279,7 +270,7 @@ def bench_service(
 
 @bench_app.command("load")
 def bench_load(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOption = None,
     studies: Annotated[int, typer.Option(min=1, help="Concurrent studies (one client thread each).")] = 20,
     iterations: Annotated[int, typer.Option(min=1, help="Iterations per study.")] = 50,
     workers: Annotated[

@@ -60,7 +60,7 @@ from shared.tools.bench.defaults_gibo import run_gibo
 from shared.tools.bench.ldp import Case, study
 from shared.tools.bench.ldp_problems import Problem
 from shared.tools.bench.pool import map_runs
-from shared.tools.bench.report import markdown_table, rich_table, write_report
+from shared.tools.bench.report import bench_main, markdown_table, rich_table
 
 PROBLEMS = ("synthetic", "diabetes", "demo-hospital")
 MODES = ("plain", "ctl")
@@ -380,41 +380,45 @@ def main(
     gibo: bool,
     json_path: Path | None,
 ) -> dict[str, Any]:
-    from rich.console import Console
-
-    from shared.tools.bench.synthetic import _progress
-
-    console = Console()
     entries = tuning_entries() if tune else default_entries()
     run_seed = seed + TUNING_SEED_OFFSET if tune else seed
     what = "tuning candidates" if tune else "defaults"
-    with _progress(
-        console, f"strategies at their {what} ({len(problems)} problems x {runs})", runs * len(problems)
-    ) as advance:
-        report = run_benchmark(
+
+    def complete(report: dict[str, Any]) -> None:
+        report["config"]["tuning"] = tune
+        if tune:
+            report["rule"] = apply_rule(report)
+        if gibo:
+            report["gibo"] = run_gibo(runs, seed=run_seed, workers=workers)
+
+    return bench_main(
+        lambda advance: run_benchmark(
             runs, T=T, problems=problems, entries=entries, seed=run_seed, workers=workers, progress=advance
-        )
-    report["config"]["tuning"] = tune
-    if tune:
-        report["rule"] = apply_rule(report)
-    if gibo:
-        report["gibo"] = run_gibo(runs, seed=run_seed, workers=workers)
-    console.print(
+        ),
+        label=f"strategies at their {what} ({len(problems)} problems x {runs})",
+        runs=runs * len(problems),
+        complete=complete,
+        show=_shown,
+        json_path=json_path,
+        markdown=markdown,
+    )
+
+
+def _shown(report: dict[str, Any]) -> list[Any]:
+    """The table, then the rule's picks (``--tune``) and dp-gibo's gap closed (if run)."""
+    shown: list[Any] = [
         rich_table(
             "regret of the rows played / random play's",
             HEADER,
             summary_rows(report),
             left={"problem", "output privacy", "strategy"},
         )
-    )
+    ]
     if "rule" in report:
-        for key, value in report["rule"].items():
-            console.print(f"{key}: {value}")
+        shown += [f"{key}: {value}" for key, value in report["rule"].items()]
     if "gibo" in report:
         g = report["gibo"]
-        console.print(
+        shown.append(
             f"dp-gibo closes {g['closed_mean']:.2f} ± {g['closed_se']:.2f} of its gap ({g['runs']} runs)"
         )
-    if json_path:
-        write_report(report, json_path, markdown(report))
-    return report
+    return shown

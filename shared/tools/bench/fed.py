@@ -42,7 +42,7 @@ from shared.federated import TemperatureSchedule, draw_rff
 from shared.federated.agent_step import PSchedule
 from shared.tools.bench.fed_problems import AlgConfig, GridProblem, make_svm_shards, make_synthetic, simulate
 from shared.tools.bench.pool import map_runs
-from shared.tools.bench.report import markdown_table, rich_table, write_report
+from shared.tools.bench.report import bench_main, markdown_table, rich_table, save_figure
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -319,8 +319,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shared.tools.bench.synthetic import save_figure
-
     panels = _panels(report)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.2), squeeze=False)
     for ax, (title, items) in zip(axes[0], panels, strict=True):
@@ -350,24 +348,27 @@ def main(
 ) -> dict[str, Any]:
     import time
 
-    from rich.console import Console
-
-    from shared.tools.bench.synthetic import _progress
-
     cfg = config or Config()
-    console = Console()
     n_jobs = runs * sum(len(cfg.synthetic.curves if s == "synthetic" else cfg.svm.curves) for s in settings)
     start = time.perf_counter()
-    with _progress(console, f"DP-FTS-DE ({', '.join(settings)}; curves x {runs})", n_jobs) as advance:
-        report = run_benchmark(
+
+    def complete(report: dict[str, Any]) -> None:
+        report["wall_seconds"] = time.perf_counter() - start
+        report["config"]["workers"] = workers
+
+    return bench_main(
+        lambda advance: run_benchmark(
             runs, settings=settings, seed=seed, workers=workers, config=cfg, progress=advance
-        )
-    report["wall_seconds"] = time.perf_counter() - start
-    report["config"]["workers"] = workers
-    console.print(summary_table(report))
-    console.print(f"wall time {report['wall_seconds']:.1f} s with {workers} worker(s)")
-    if json_path:
-        write_report(report, json_path, markdown(report) + f"\nWall time {report['wall_seconds']:.1f} s.\n")
-    if plot_path:
-        plot(report, plot_path)
-    return report
+        ),
+        label=f"DP-FTS-DE ({', '.join(settings)}; curves x {runs})",
+        runs=n_jobs,
+        complete=complete,
+        show=lambda report: [
+            summary_table(report),
+            f"wall time {report['wall_seconds']:.1f} s with {workers} worker(s)",
+        ],
+        json_path=json_path,
+        markdown=lambda report: markdown(report) + f"\nWall time {report['wall_seconds']:.1f} s.\n",
+        plot=plot,
+        plot_path=plot_path,
+    )

@@ -58,7 +58,7 @@ from shared.bo.gibo.losses import gaussian_location, huber_regression
 from shared.bo.gibo.updates import AdaGrad, GradientDescent
 from shared.tools.bench import gibo_problems as gp
 from shared.tools.bench.pool import map_runs
-from shared.tools.bench.report import markdown_table, rich_table, write_report
+from shared.tools.bench.report import bench_main, markdown_table, rich_table, save_figure
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -438,8 +438,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shared.tools.bench.synthetic import save_figure
-
     res = report["results"]
     examples = list(dict.fromkeys(i["example"] for i in res))
     panels = examples + (["bias-noise"] if "normal-location" in examples else [])
@@ -483,18 +481,15 @@ def main(
     plot_path: Path | None,
     config: Config | None = None,
 ) -> dict[str, Any]:
-    from rich.console import Console
-
-    from shared.tools.bench.synthetic import _progress
-
-    console = Console()
-    with _progress(console, f"DP-GIBO ({len(examples)} examples x {runs})", runs * len(examples)) as advance:
-        report = run_benchmark(
+    return bench_main(
+        lambda advance: run_benchmark(
             runs, examples=examples, seed=seed, workers=workers, config=config, progress=advance
-        )
-    console.print(summary_table(report))
-    if json_path:
-        write_report(report, json_path, markdown(report))
-    if plot_path:
-        plot(report, plot_path)
-    return report
+        ),
+        label=f"DP-GIBO ({len(examples)} examples x {runs})",
+        runs=runs * len(examples),
+        show=lambda report: [summary_table(report)],
+        json_path=json_path,
+        markdown=markdown,
+        plot=plot,
+        plot_path=plot_path,
+    )

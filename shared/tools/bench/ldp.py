@@ -50,7 +50,7 @@ import numpy as np
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
 from shared.tools.bench.ldp_problems import EPSILON_INPUT, Problem, make_problem, moma_paper_k
 from shared.tools.bench.pool import map_runs
-from shared.tools.bench.report import markdown_table, rich_table, write_report
+from shared.tools.bench.report import bench_main, markdown_table, rich_table, save_figure
 from shared.tools.bench.synthetic import DELTA as SYNTHETIC_DELTA
 
 SETTINGS = ("se", "matern", "student-t", "combined")
@@ -370,8 +370,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shared.tools.bench.synthetic import save_figure
-
     res = report["results"]
     panels = list(dict.fromkeys((i["setting"], i["epsilon"]) for i in res if i["setting"] != "combined"))
     combined = [i for i in res if i["setting"] == "combined"]
@@ -440,13 +438,8 @@ def main(
     plot_path: Path | None,
     beta_multiplier: float = 1.0,
 ) -> dict[str, Any]:
-    from rich.console import Console
-
-    from shared.tools.bench.synthetic import _progress
-
-    console = Console()
-    with _progress(console, f"LDP-BO ({len(settings)} settings x {runs})", runs * len(settings)) as advance:
-        report = run_benchmark(
+    return bench_main(
+        lambda advance: run_benchmark(
             runs,
             T=T,
             combined_T=combined_T,
@@ -455,12 +448,18 @@ def main(
             workers=workers,
             progress=advance,
             todo=cases(settings, beta_multiplier=beta_multiplier),
-        )
-    for label, setting in dict.fromkeys((i["strategy"], i["setting"]) for i in report["settings"]["skipped"]):
-        console.print(f"skipped {label} on {setting}: its k exceeds the study's T")
-    console.print(summary_table(report))
-    if json_path:
-        write_report(report, json_path, markdown(report))
-    if plot_path:
-        plot(report, plot_path)
-    return report
+        ),
+        label=f"LDP-BO ({len(settings)} settings x {runs})",
+        runs=runs * len(settings),
+        show=lambda report: [*_skipped_lines(report), summary_table(report)],
+        json_path=json_path,
+        markdown=markdown,
+        plot=plot,
+        plot_path=plot_path,
+    )
+
+
+def _skipped_lines(report: dict[str, Any]) -> list[str]:
+    """One line per (strategy, setting) left out because its k exceeds the study's T."""
+    skipped = dict.fromkeys((i["strategy"], i["setting"]) for i in report["settings"]["skipped"])
+    return [f"skipped {label} on {setting}: its k exceeds the study's T" for label, setting in skipped]

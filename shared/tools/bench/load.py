@@ -17,7 +17,6 @@ by id, row and y), and the curator charged exactly one query per iteration (no d
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -39,6 +38,7 @@ import psutil
 from shared.bo.gp import median_distance
 from shared.processes import ServiceProcess, service_pair
 from shared.protocol.client import CuratorClient
+from shared.tools.bench.report import publish
 from shared.tools.reconcile import reconcile
 
 Database = Literal["sqlite", "postgresql"]
@@ -449,18 +449,18 @@ def main(config: LoadConfig, json_path: Path | None = None) -> dict[str, Any]:
             f"{res['machine_cpu_percent']:.0f}",
             "[green]ok[/]" if c["ok"] else "[red]FAILED[/]",
         )
-    console.print(table)
-    console.print(
+    legend = (
         "c/m: curator/modeler. RSS: peak of the sum over a service's processes (supervisor + workers). "
         "CPU ms/it: the service's CPU time per iteration; CPU %: the whole machine's use during the load (a "
         "figure near 100 means the machine, not the services, sets the pace). audit: every study complete "
         f"and reconciled, one charge per iteration. {os.cpu_count()} CPU(s), load average before "
         f"{report['setup']['load_average_before'][0]:.1f}."
     )
-    for res in report["results"]:
-        for sample in res["error_samples"]:
-            console.print(f"[red]error[/] ({res['database']}, {res['workers']} workers): {sample}")
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2), encoding="utf-8")
-        console.print(f"wrote {json_path}")
-    return report
+    errors = [
+        f"[red]error[/] ({res['database']}, {res['workers']} workers): {sample}"
+        for res in report["results"]
+        for sample in res["error_samples"]
+    ]
+    return publish(
+        console, report, show=[table, legend, *errors], json_path=json_path, indent=2, announce=True
+    )

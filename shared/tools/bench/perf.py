@@ -31,11 +31,11 @@ import numpy as np
 
 from shared.bo.gp import Hyperparameters
 from shared.bo.strategies import GPUCB, gp_ucb_beta
-from shared.files import write_json_atomic
 from shared.privacy.gaussian import gaussian_release
 from shared.privacy.po_gp_ucb import omega, release_projection
 from shared.privacy.rng import seeded_rng
 from shared.tools.bench.gp_loop import bench_floor, bench_large
+from shared.tools.bench.report import publish
 
 D, R, EPS, DELTA = 50, 15, 1.0, 1e-5
 
@@ -370,7 +370,6 @@ def main(
         "",
         "",
     )
-    console.print(table)
     report = {
         "release": release,
         "gaussian_release": gaussian,
@@ -379,9 +378,7 @@ def main(
         "gp_loop_large": large,
         "seed": seed,
     }
-    if json_path:
-        write_json_atomic(json_path, report)
-    return report
+    return publish(console, report, show=[table], json_path=json_path)
 
 
 if __name__ == "__main__":

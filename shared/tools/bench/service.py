@@ -22,7 +22,6 @@ Targets: overhead p50 < 15 ms (issue 4); overhead p50 <= 2x the floor, with the 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import tempfile
@@ -35,9 +34,10 @@ import numpy as np
 
 from shared.bo.gp import Hyperparameters, median_distance
 from shared.bo.strategies import GPUCB
-from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
+from shared.processes import service_pair
 from shared.protocol.client import CuratorClient
 from shared.tools.bench.floor import FloorPath, summary
+from shared.tools.bench.report import publish
 
 TARGET_MS = 15.0
 #: Issue 18: pobo's overhead p50 at most this multiple of the floor's p50.
@@ -76,17 +76,12 @@ def measure(
     admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="pobo-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        curator = ServiceProcess(
-            "curator",
-            port=free_port(),
-            env={**curator_env(tmp / "curator", admin_token), "POBO_CURATOR_ACCESS_LOG": "false"},
-            log_path=tmp / "c.log",
-        )
-        modeler = ServiceProcess(
-            "modeler",
-            port=free_port(),
-            env=modeler_env(tmp / "modeler", modeler_token, POBO_MODELER_ACCESS_LOG="false"),
-            log_path=tmp / "m.log",
+        curator, modeler = service_pair(
+            tmp,
+            admin_token,
+            modeler_token,
+            curator_extra={"POBO_CURATOR_ACCESS_LOG": "false"},
+            POBO_MODELER_ACCESS_LOG="false",
         )
         with curator, modeler, FloorPath() as floor_path:
             for _ in range(floor_warmup):
@@ -257,7 +252,4 @@ def main(
     load = result["load_average_before"][0]
     if load > 0.5:
         console.print(f"[yellow]note: 1-minute load average {load:.1f} (other work running): rerun idle[/]")
-    if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=2), encoding="utf-8")
-        console.print(f"wrote {json_path}")
-    return result
+    return publish(console, result, show=(), json_path=json_path, indent=2, announce=True)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
-from shared.files import write_json_atomic
+from shared.tools.bench.report import publish
 
 N, R = 100_000, 15
 
@@ -257,7 +257,4 @@ def main(
             gibo_steps=gibo_steps,
             on_result=lambda s: status.update(f"done: {s}"),
         )
-    console.print(Markdown(markdown(report)))
-    if json_path:
-        write_json_atomic(json_path, report)
-    return report
+    return publish(console, report, show=[Markdown(markdown(report))], json_path=json_path)

@@ -20,6 +20,7 @@ import numpy as np
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
 from shared.privacy.gaussian import gaussian_release
 from shared.tools.bench.pool import map_runs
+from shared.tools.bench.report import bench_main, save_figure
 from shared.tools.bench.synthetic import (
     DELTA,
     GRID,
@@ -27,11 +28,8 @@ from shared.tools.bench.synthetic import (
     NOISE_VARIANCE,
     T,
     _grid_factor,
-    _progress,
-    _write,
     grid_inputs,
     sample_f,
-    save_figure,
 )
 
 STRATEGIES = ("gp-ucb", "gp-bucb", "random")
@@ -337,13 +335,10 @@ def main(
     queries: int = T,
 ) -> dict[str, Any]:
     """``pobo bench synthetic --strategies``: the registry strategies compared on the paper's functions."""
-    from rich.console import Console
-
     if quick:
         runs = min(runs, 2)
-    console = Console()
-    with _progress(console, "strategies", runs) as advance:
-        report = run_strategy_benchmark(
+    return bench_main(
+        lambda advance: run_strategy_benchmark(
             runs,
             strategies=strategies,
             batch_size=batch_size,
@@ -352,9 +347,12 @@ def main(
             seed=seed,
             workers=workers,
             progress=advance,
-        )
-    console.print(strategy_table(report))
-    _write(report, strategy_markdown(report), json_path)
-    if plot_path:
-        plot_strategies(report, plot_path)
-    return report
+        ),
+        label="strategies",
+        runs=runs,
+        show=lambda report: [strategy_table(report)],
+        json_path=json_path,
+        markdown=strategy_markdown,
+        plot=plot_strategies,
+        plot_path=plot_path,
+    )

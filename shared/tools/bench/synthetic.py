@@ -29,9 +29,7 @@ same problem instead (``shared.tools.bench.strategies``).
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,7 @@ from shared.bo.strategies import GPUCB
 from shared.privacy.gaussian import calibrate, gaussian_release
 from shared.privacy.po_gp_ucb import centred_sigma_min, omega, release_projection
 from shared.tools.bench.pool import map_runs
-from shared.tools.bench.report import write_report
+from shared.tools.bench.report import bench_main, save_figure
 
 GRID = 100
 SPAN = 10.0
@@ -367,46 +365,18 @@ def main(
 ) -> dict[str, Any]:
     """The paper's experiment (``pobo bench synthetic``; ``--strategies``:
     ``shared.tools.bench.strategies``)."""
-    from rich.console import Console
     from rich.markdown import Markdown
 
     if quick:
         runs = min(runs, 2)
-    console = Console()
     n_settings = len(settings(quick))
-    with _progress(console, "synthetic GP", runs) as advance:
-        report = run_benchmark(runs, quick=quick, seed=seed, workers=workers, progress=advance)
-    md = markdown(report)
-    console.print(Markdown(md))
-    console.print(f"{n_settings} settings x {runs} runs")
-    _write(report, md, json_path)
-    if plot_path:
-        plot(report, plot_path)
-    return report
-
-
-@contextmanager
-def _progress(console: Any, label: str, runs: int) -> Iterator[Callable[[], None]]:
-    """A rich progress bar over ``runs``; yields the callback that advances it by one run."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(TextColumn(f"[bold]{label}[/] runs"), *columns, console=console) as bar:
-        task = bar.add_task("runs", total=runs)
-        yield lambda: bar.advance(task)
-
-
-def save_figure(fig: Any, path: Path) -> None:
-    """Write a matplotlib figure as PNG to a temporary name, then rename (never a half-written plot)."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    os.replace(tmp, path)
-
-
-def _write(report: dict[str, Any], md: str, json_path: Path | None) -> None:
-    if json_path:
-        write_report(report, json_path, md)
+    return bench_main(
+        lambda advance: run_benchmark(runs, quick=quick, seed=seed, workers=workers, progress=advance),
+        label="synthetic GP",
+        runs=runs,
+        show=lambda report: [Markdown(markdown(report)), f"{n_settings} settings x {runs} runs"],
+        json_path=json_path,
+        markdown=markdown,
+        plot=plot,
+        plot_path=plot_path,
+    )

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo.acquisition import UCB
 from shared.bo.nystrom import NystromEmbedding, sample_dictionary
 from shared.bo.strategies.base import Answer, RowRequest, StrategyParams, register
 from shared.bo.strategies.heavy_tailed.common import (
@@ -105,7 +106,7 @@ class LDPATAParams(LDPParams, NystromParams):
 
 
 @register
-class ATAGPUCBStrategy(HeavyTailedStrategy):
+class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
     """``ata-gp-ucb``: one row per round; Nystrom features resampled, all rewards re-truncated, each round."""
 
     name: ClassVar[str] = "ata-gp-ucb"
@@ -117,10 +118,8 @@ class ATAGPUCBStrategy(HeavyTailedStrategy):
     Params: ClassVar[type[StrategyParams]] = ATAParams
     rng_tag: ClassVar[int] = 1
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: npt.ArrayLike, params: ATAParams | LDPATAParams, state: Mapping[str, Any]) -> None:
         super().__init__(Z, params, state)
-        assert isinstance(params, NystromParams)
-        self.nystrom: NystromParams = params
         self.q = float(params.q) if params.q is not None else default_q(self.T, params.nystrom_eps)
         self._idx: list[int] = []
         self._y: list[float] = []
@@ -138,42 +137,38 @@ class ATAGPUCBStrategy(HeavyTailedStrategy):
         return len(self._y)
 
     def beta(self) -> float:
-        p = self.common
+        p = self.params
         return ata_beta(
             self.tails, self.t, self.m, T=self.T, delta=p.delta, lam=p.lam,
-            nystrom_eps=self.nystrom.nystrom_eps, multiplier=p.beta_multiplier,
+            nystrom_eps=p.nystrom_eps, multiplier=p.beta_multiplier,
         )  # fmt: skip
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         t = self.t + 1
         beta = self.beta()
-        std = np.sqrt(self.var)
-        ucb = self.mean + beta * std
-        index, source = self._choose(ucb, t - 1)
-        details = {
-            "source": source,
-            "acquisition": float(ucb[index]),
-            "beta": beta,
-            "mean": float(self.mean[index]),
-            "std": float(std[index]),
-            "t": t,
-            "m": self.m,
-            "b_prev": self._b[-1] if self._b else None,
-            "q": self.q,
-            "lengthscale": self.kernel.lengthscale,
-        }
+        ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 1 line 4
+        index, source = ucb.choose(self.initial, t - 1, self.name)
+        details = ucb.details(
+            index,
+            source=source,
+            t=t,
+            m=self.m,
+            b_prev=self._b[-1] if self._b else None,
+            q=self.q,
+            lengthscale=self.kernel.lengthscale,
+        )
         return [RowRequest(index, details)]
 
     def _update(self, cols: npt.NDArray[np.int64] | None) -> None:
         """Alg. 1 lines 6-13 after play t; posterior at ``cols`` (None = every row)."""
-        t, lam = self.t, self.common.lam
+        t, lam = self.t, self.params.lam
         idx = np.asarray(self._idx, dtype=np.int64)
         y = np.asarray(self._y, dtype=np.float64)
         rows, inverse, counts = np.unique(idx, return_inverse=True, return_counts=True)
         keep = sample_dictionary(self.var[rows], self.q, nystrom_rng(self.seed, t, self.rng_tag))
         atoms = rows[keep]
         self.m = int(atoms.size)
-        self._b.append(ata_truncation(self.tails, t, self.m, T=self.T, delta=self.common.delta))
+        self._b.append(ata_truncation(self.tails, t, self.m, T=self.T, delta=self.params.delta))
         if self.m == 0:
             self.emb, self.theta, self.root_inv, self.truncated = None, np.zeros(0), np.zeros((0, 0)), 0
         else:

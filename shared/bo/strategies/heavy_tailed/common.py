@@ -42,11 +42,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field
+from typing_extensions import TypeVar
 
 from shared.bo.gp import median_distance
 from shared.bo.kernels import RowKernel
 from shared.bo.nystrom import NystromEmbedding
-from shared.bo.strategies.base import Answer, Strategy, StrategyParams
+from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams
 from shared.errors import InputDataError
 
 __all__ = [
@@ -207,18 +208,21 @@ def tails_from_params(params: StrategyParams) -> Tails:
 
 
 # ------------------------------------------------------------------------------------------ base strategy
-class HeavyTailedStrategy(Strategy):
+#: The parameters of one algorithm: the union of its heavy-tailed and its LDP model (e.g. ``TGPParams |
+#: LDPTGPParams``), both ``CommonParams``.
+CP = TypeVar("CP", bound=CommonParams)
+
+
+class HeavyTailedStrategy(Strategy[RowRequest, Answer, CP]):
     """Shared set-up: kernel on the rows of Z, tail constants, initial rows, private Nystrom seed."""
 
     #: Tag mixed into the Nystrom generator's seed (distinct per algorithm).
     rng_tag: ClassVar[int] = 0
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: npt.ArrayLike, params: CP, state: Mapping[str, Any]) -> None:
         super().__init__(Z, params, state)
-        if not isinstance(params, self.Params):
+        if not isinstance(params, self.Params):  # e.g. the heavy-tailed model given to the LDP strategy
             raise InputDataError(f"{self.name} needs {self.Params.__name__}, got {type(params).__name__}")
-        assert isinstance(params, CommonParams)
-        self.common: CommonParams = params
         ls = params.lengthscale if params.lengthscale is not None else median_distance(self.Z)
         self.kernel = RowKernel(self.Z, kind=params.kernel, lengthscale=float(ls))
         self.tails = tails_from_params(params)
@@ -229,11 +233,8 @@ class HeavyTailedStrategy(Strategy):
         self.seed = int(self.state.get("nystrom_seed", 0))
 
     @classmethod
-    def initial_state(
-        cls, params: StrategyParams, *, n: int, budget: int, rng: np.random.Generator
-    ) -> dict[str, Any]:
+    def initial_state(cls, params: CP, *, n: int, budget: int, rng: np.random.Generator) -> dict[str, Any]:
         """The study budget T, the random initial rows and the private Nystrom seed."""
-        assert isinstance(params, CommonParams)
         if budget < 1:
             raise InputDataError(f"budget (iterations) must be >= 1, got {budget}")
         if params.initial_points > n:
@@ -245,16 +246,14 @@ class HeavyTailedStrategy(Strategy):
         return {"T": int(budget), "initial_indices": initial, "nystrom_seed": int(rng.integers(2**62))}
 
     @classmethod
-    def output_privacy(cls, params: StrategyParams) -> tuple[float | None, float | None, float | None] | None:
+    def output_privacy(cls, params: CP) -> tuple[float | None, float | None, float | None] | None:
         """(epsilon, B, R) for the LDP parameterisation (None where the study left one out), else None."""
         if isinstance(params, LDPParams):
             return (params.epsilon, params.B, params.R)
         return None
 
     @classmethod
-    def with_output_privacy(
-        cls, params: StrategyParams, *, epsilon: float, B: float, R: float
-    ) -> StrategyParams:
+    def with_output_privacy(cls, params: CP, *, epsilon: float, B: float, R: float) -> CP:
         """LDP parameters with the grant's epsilon, B and R where the study left them out."""
         if not isinstance(params, LDPParams):
             return params
@@ -271,12 +270,6 @@ class HeavyTailedStrategy(Strategy):
             bad = int(np.flatnonzero(~np.isfinite(y))[0])
             raise InputDataError(f"y must be finite, got {float(y[bad])!r} in answer {bad}")
         return idx, y
-
-    def _choose(self, acquisition: FloatArray, play: int) -> tuple[int, str]:
-        """The initial row of play ``play`` (0-based), else the first argmax of the acquisition."""
-        if play < len(self.initial):
-            return self.initial[play], "initial"
-        return int(np.argmax(acquisition)), self.name
 
 
 def ln_or_zero(x: float) -> float:

@@ -51,6 +51,7 @@ import numpy.typing as npt
 from pydantic import Field, field_validator
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
+from shared.bo.acquisition import UCB
 from shared.bo.nystrom import NystromEmbedding, sample_dictionary
 from shared.bo.strategies.base import Answer, RowRequest, StrategyParams, register
 from shared.bo.strategies.heavy_tailed.common import (
@@ -151,7 +152,7 @@ class LDPMoMAParams(LDPParams, NystromParams, _MoMAFields):
 
 
 @register
-class MoMAGPUCBStrategy(HeavyTailedStrategy):
+class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
     """``moma-gp-ucb``: each round is an epoch of k plays of one row (see the module docstring)."""
 
     name: ClassVar[str] = "moma-gp-ucb"
@@ -164,24 +165,25 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
     rng_tag: ClassVar[int] = 2
 
     @classmethod
-    def resolve_k(cls, params: StrategyParams, budget: int) -> int:
-        k = getattr(params, "k", K_DEFAULT)
-        return int(k) if k != "theory" else default_k(budget, float(getattr(params, "delta", 0.05)))
+    def resolve_k(cls, params: MoMAParams | LDPMoMAParams, budget: int) -> int:
+        """k: the ``k`` parameter, or the paper's ceil(24 ln(4 e T / delta)) for "theory"."""
+        k = params.k
+        return int(k) if k != "theory" else default_k(budget, float(params.delta))
 
     @classmethod
-    def fresh_plays_per_row(cls, params: StrategyParams, *, budget: int) -> int:
+    def fresh_plays_per_row(cls, params: MoMAParams | LDPMoMAParams, *, budget: int) -> int:
         """k: each epoch asks for k fresh noisy answers of the same row."""
         return cls.resolve_k(params, budget)
 
     @classmethod
     def initial_state(
-        cls, params: StrategyParams, *, n: int, budget: int, rng: np.random.Generator
+        cls, params: MoMAParams | LDPMoMAParams, *, n: int, budget: int, rng: np.random.Generator
     ) -> dict[str, Any]:
         k = cls.resolve_k(params, budget)
         if budget < k:
             source = (
                 f"the paper's ceil(24 ln(4 e T / delta)) for T = {budget}"
-                if getattr(params, "k", K_DEFAULT) == "theory"
+                if params.k == "theory"
                 else "strategy_params.k"
             )
             raise InputDataError(
@@ -193,10 +195,10 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
         state["k"] = k
         return state
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(
+        self, Z: npt.ArrayLike, params: MoMAParams | LDPMoMAParams, state: Mapping[str, Any]
+    ) -> None:
         super().__init__(Z, params, state)
-        assert isinstance(params, NystromParams)
-        self.nystrom: NystromParams = params
         self.k = int(self.state.get("k", self.resolve_k(params, self.T)))
         self.q = float(params.q) if params.q is not None else default_q(self.T, params.nystrom_eps)
         self.epochs: list[int] = []  # x_n, one row per epoch
@@ -212,9 +214,9 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
         self.var: FloatArray = np.ones(self.n)
 
     def beta(self) -> float:
-        p = self.common
+        p = self.params
         return moma_beta(
-            self.tails, len(self.epochs), self.m, lam=p.lam, nystrom_eps=self.nystrom.nystrom_eps,
+            self.tails, len(self.epochs), self.m, lam=p.lam, nystrom_eps=p.nystrom_eps,
             multiplier=p.beta_multiplier,
         )  # fmt: skip
 
@@ -227,38 +229,34 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy):
             )
         epoch = len(self.epochs) + 1
         beta = self.beta()
-        std = np.sqrt(self.var)
-        ucb = self.mean + beta * std
+        ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 3 line 5
         plays = min(self.k, int(budget))
-        cap = getattr(self.params, "max_plays_per_row", None)
+        cap = self.params.max_plays_per_row
         if cap is not None and self.epochs:
             played = np.bincount(np.asarray(self.epochs), weights=[len(y) for y in self.Y], minlength=self.n)
-            ucb = np.where(played + plays > cap, -np.inf, ucb)
-            if not np.isfinite(ucb).any():
+            ucb.exclude(played + plays > cap)
+            if not np.isfinite(ucb.values).any():
                 raise StrategyError(
                     f"every row has been played {cap} times (max_plays_per_row, the grant's per-person cap): "
                     "no row can take another epoch"
                 )
-        index, source = self._choose(ucb, epoch - 1)
-        base = {
-            "source": source,
-            "acquisition": float(ucb[index]),
-            "beta": beta,
-            "mean": float(self.mean[index]),
-            "std": float(std[index]),
-            "t": sum(len(y) for y in self.Y) + 1,
-            "epoch": epoch,
-            "k": self.k,
-            "plays": plays,
-            "m": self.m,
-            "q": self.q,
-            "lengthscale": self.kernel.lengthscale,
-        }
+        index, source = ucb.choose(self.initial, epoch - 1, self.name)
+        base = ucb.details(
+            index,
+            source=source,
+            t=sum(len(y) for y in self.Y) + 1,
+            epoch=epoch,
+            k=self.k,
+            plays=plays,
+            m=self.m,
+            q=self.q,
+            lengthscale=self.kernel.lengthscale,
+        )
         return [RowRequest(index, {**base, "play": j}) for j in range(plays)]
 
     def _update(self, cols: npt.NDArray[np.int64] | None) -> None:
         """Alg. 3 lines 7-14 after epoch n; posterior at ``cols`` (None = every row)."""
-        n, lam = len(self.epochs), self.common.lam
+        n, lam = len(self.epochs), self.params.lam
         x = np.asarray(self.epochs, dtype=np.int64)
         rows, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
         keep = sample_dictionary(self.var[rows], self.q, nystrom_rng(self.seed, n, self.rng_tag))

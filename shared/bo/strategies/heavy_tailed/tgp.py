@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo.acquisition import UCB
 from shared.bo.gp import GaussianProcess, Hyperparameters
 from shared.bo.kernels import RowKernel
 from shared.bo.strategies.base import Answer, RowRequest, StrategyParams, register
@@ -124,7 +125,7 @@ class LDPTGPParams(LDPParams):
 
 
 @register
-class TGPUCBStrategy(HeavyTailedStrategy):
+class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
     """``tgp-ucb``: one row per round, GP-UCB on zero-truncated rewards (see the module docstring)."""
 
     name: ClassVar[str] = "tgp-ucb"
@@ -135,9 +136,9 @@ class TGPUCBStrategy(HeavyTailedStrategy):
     )
     Params: ClassVar[type[StrategyParams]] = TGPParams
 
-    def __init__(self, Z: npt.ArrayLike, params: StrategyParams, state: Mapping[str, Any]) -> None:
+    def __init__(self, Z: npt.ArrayLike, params: TGPParams | LDPTGPParams, state: Mapping[str, Any]) -> None:
         super().__init__(Z, params, state)
-        self.gp = KernelGP(self.kernel, self.common.lam)
+        self.gp = KernelGP(self.kernel, params.lam)
         self.info_gain = 0.0  # 1/2 log det(I + K_t / lambda) of the plays so far
         self.truncated = 0  # how many rewards were zeroed
 
@@ -147,26 +148,22 @@ class TGPUCBStrategy(HeavyTailedStrategy):
         return int(self.gp.t)
 
     def beta(self, t: int) -> float:
-        p = self.common
+        p = self.params
         return tgp_beta(self.tails, t, self.info_gain, lam=p.lam, delta=p.delta, multiplier=p.beta_multiplier)
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         t = self.t + 1
         beta = self.beta(t)
-        mean, std = self.gp.mean(), self.gp.std()
-        ucb = mean + beta * std
-        index, source = self._choose(ucb, t - 1)
-        details = {
-            "source": source,
-            "acquisition": float(ucb[index]),
-            "beta": beta,
-            "mean": float(mean[index]),
-            "std": float(std[index]),
-            "t": t,
-            "b_t": tgp_truncation(self.tails, t),
-            "info_gain": self.info_gain,
-            "lengthscale": self.kernel.lengthscale,
-        }
+        ucb = UCB.of(self.gp.mean(), self.gp.std(), beta, scale=beta)  # Alg. 2 line 6: beta, not sqrt
+        index, source = ucb.choose(self.initial, t - 1, self.name)
+        details = ucb.details(
+            index,
+            source=source,
+            t=t,
+            b_t=tgp_truncation(self.tails, t),
+            info_gain=self.info_gain,
+            lengthscale=self.kernel.lengthscale,
+        )
         return [RowRequest(index, details)]
 
     def observe(self, answers: Sequence[Answer]) -> None:
@@ -177,7 +174,7 @@ class TGPUCBStrategy(HeavyTailedStrategy):
             kept = value if abs(value) <= b else 0.0  # Alg. 2 line 8: zeroed, each reward once
             self.truncated += int(abs(value) > b)
             var_j = float(self.gp.variance()[j])
-            self.info_gain += 0.5 * math.log1p(var_j / self.common.lam)
+            self.info_gain += 0.5 * math.log1p(var_j / self.params.lam)
             self.gp.add(j, kept)
 
 

@@ -1,7 +1,7 @@
 """Federations: the modeler as the coordinator of DP-FTS-DE (issue 16; ``API.md``, "Federations").
 
 The use cases behind ``api/routes/federations.py`` (no HTTP types here) and the closing of a round, which the
-background closer (``federation_closer.py``) and a late long-poll both call. The numerics are
+background closer (``closer.py``) and a late long-poll both call. The numerics are
 ``shared.federated`` (Algorithm 1 in ``coordinator.aggregate_round``, the accountant in ``privacy``); this
 module keeps what makes them sound in a service:
 
@@ -43,27 +43,15 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from modeler_service import federation_repository as repo
 from modeler_service.db import Database, transaction
 from modeler_service.exceptions import Conflict, Forbidden, NotFound, Unprocessable
-from modeler_service.federation_access import AGENT_TOKEN_PREFIX, MODELER, Principal, require_modeler
-from modeler_service.federation_accounting import (
+from modeler_service.federations import repository as repo
+from modeler_service.federations.access import AGENT_TOKEN_PREFIX, MODELER, Principal, require_modeler
+from modeler_service.federations.accounting import (
     accounting_params,
     epsilon_pld,
     epsilon_rdp,
     epsilon_replace_one,
-)
-from modeler_service.federation_schemas import (
-    MAX_FIRST_ROUND_DELAY,
-    AgentCreate,
-    AgentCreated,
-    AgentPublic,
-    FederationCreate,
-    FederationPublic,
-    FederationsPublic,
-    RoundPublic,
-    RoundStanding,
-    SubmissionAccepted,
 )
 from modeler_service.models import (
     Federation,
@@ -78,6 +66,18 @@ from shared.federated.privacy import federation_sampler_margins
 from shared.federated.regions import round_robin, split_box
 from shared.federated.rff import draw_rff
 from shared.privacy.rng import os_entropy_rng
+from shared.protocol.schemas.federations import (
+    MAX_FIRST_ROUND_DELAY,
+    AgentCreate,
+    AgentCreated,
+    AgentPublic,
+    FederationCreate,
+    FederationPublic,
+    FederationsPublic,
+    RoundPublic,
+    RoundStanding,
+    SubmissionAccepted,
+)
 from shared.servicekit.tokens import hash_token
 
 log = logging.getLogger("pobo.modeler.federations")

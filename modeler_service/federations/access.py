@@ -1,29 +1,21 @@
 """Who calls a federation endpoint: the modeler (its own token) or one agent of one federation (an agent
-token, stored as its sha256 digest only)."""
+token, stored as its sha256 digest only): a :class:`~shared.servicekit.principal.Principal` of kind
+``modeler``, or ``agent`` with ``agent_id`` and ``federation_id``."""
 
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
-from typing import Literal
 
 from sqlalchemy.orm import Session
 
-from modeler_service import federation_repository as repo
 from modeler_service.exceptions import Forbidden
+from modeler_service.federations import repository as repo
+from shared.servicekit.principal import Principal
 from shared.servicekit.tokens import hash_token
 
+__all__ = ["AGENT_TOKEN_PREFIX", "MODELER", "Principal", "authenticate", "require_modeler"]
+
 AGENT_TOKEN_PREFIX = "pobo_a_"  # noqa: S105 - a prefix, not a secret
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who calls: the modeler (its token) or one agent of one federation (an agent token)."""
-
-    kind: Literal["modeler", "agent"]
-    agent_id: str | None = None
-    federation_id: str | None = None
-
 
 MODELER = Principal("modeler")
 

@@ -2,7 +2,7 @@
 
 Every ``federation_tick_seconds`` (and at once when the process starts, so a round whose deadline passed
 while the modeler was down is closed first thing: restart-safe) it closes every open round past its
-deadline (``federations.close_overdue``; a conditional UPDATE makes each close happen once, whatever the
+deadline (``service.close_overdue``; a conditional UPDATE makes each close happen once, whatever the
 number of closers: worker processes, a long-poll that found its round late). Between passes a second
 thread precomputes the accounting the next closes need (dp-accounting takes seconds on a cold cache), so
 that closing a round never waits for it.
@@ -14,8 +14,8 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from modeler_service import federation_accounting, federations
 from modeler_service.context import Context
+from modeler_service.federations import accounting, service
 
 log = logging.getLogger("pobo.modeler.federations")
 
@@ -41,12 +41,12 @@ class RoundCloser:
 
     def run_once(self) -> int:
         """One pass: close overdue rounds, then queue the accounting of the open ones. Returns closes."""
-        closed = federations.close_overdue(self.ctx.db)
-        for params, number in federations.open_round_params(self.ctx.db):
+        closed = service.close_overdue(self.ctx.db)
+        for params, number in service.open_round_params(self.ctx.db):
             key = (float(params["q"]), float(params["z"]), float(params["delta"]), number)
             if key not in self._warmed and not self._stop.is_set():
                 self._warmed.add(key)
-                self._warmer.submit(federation_accounting.warm_accounting, params, number)
+                self._warmer.submit(accounting.warm_accounting, params, number)
         return closed
 
     def _loop(self) -> None:

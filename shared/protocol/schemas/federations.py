@@ -1,5 +1,10 @@
 """Request and response bodies of the federation API (``API.md``, "Federations (DP-FTS-DE, modeler
-service)"; the named fields are fixed there)."""
+service)"; the named fields are fixed there).
+
+Part of the wire contract: the modeler service (the coordinator) answers with these, and the federation
+client (``shared.protocol.client.FederationClient``, which the hospitals' agents use) parses them. Pure
+pydantic, like the whole package.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from shared.errors import InputDataError
 from shared.federated.regions import split_box
-from shared.protocol.schemas import Request
+from shared.protocol.schemas.common import Request
 
 FederationStatus = Literal["registering", "running", "done"]
 RoundStatus = Literal["open", "closed"]

@@ -1,0 +1,185 @@
+"""Typed clients of the modeler API: :class:`FederationClient` (the federations, DP-FTS-DE: what a hospital's
+agent and the modeler's operator call) and :class:`ModelerClient` (everything: the federations, the studies,
+the strategies, the health check).
+
+Same request path as :class:`~shared.protocol.client.CuratorClient` (``ApiClient``: timeouts, retries with
+tenacity, TLS ``verify``, error mapping); they raise :class:`ModelerApiError` (``status_code``, the
+modeler's ``detail``), :class:`ModelerUnavailable` (not reachable after the retries) and
+:class:`ModelerProtocolError` (not a pobo modeler's answer). A submission carries an ``Idempotency-Key``
+(the caller's, or one made per call), so it is retried like a ``GET``: the modeler answers a repeat from
+its receipt and never counts it twice. Example (a hospital's agent)::
+
+    with FederationClient("https://modeler.example.org", token=agent_token) as modeler:
+        fed = modeler.get_federation(federation_id)
+        rnd = modeler.get_round(federation_id, fed.round)
+        receipt = modeler.submit(federation_id, fed.round, omega, idempotency_key=f"{fed.id}:me:{fed.round}")
+        closed = modeler.wait_for_round(federation_id, fed.round)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from shared.protocol.client.apiclient import ApiClient
+from shared.protocol.client.errors import MODELER_ERRORS
+from shared.protocol.client.modeler_endpoints import ModelerAPI
+from shared.protocol.schemas import (
+    AgentCreated,
+    FederationCreate,
+    FederationPublic,
+    FederationsPublic,
+    Health,
+    RoundPublic,
+    SubmissionAccepted,
+)
+
+__all__ = ["FederationClient", "ModelerClient"]
+
+
+class FederationClient(ApiClient):
+    """Blocking client of the modeler's federation API (``/v1/federations``).
+
+    ``token`` is the modeler token (create, register, start, list) or an agent token (read its own
+    federation and rounds, submit). Thread-safe; use as a context manager or call :meth:`close`.
+    """
+
+    errors = MODELER_ERRORS
+
+    # -- the modeler's operator ------------------------------------------------------------------------
+    def create_federation(self, body: FederationCreate | dict[str, Any]) -> FederationPublic:
+        """A new federation with these public parameters (modeler token); the answer has the features."""
+        data = (
+            body.model_dump(mode="json", exclude_unset=True) if isinstance(body, FederationCreate) else body
+        )
+        return self._call(ModelerAPI.create_federation, body=data)
+
+    def list_federations(self) -> FederationsPublic:
+        """Every federation (modeler token)."""
+        return self._call(ModelerAPI.list_federations)
+
+    def register_agent(self, federation_id: str, name: str) -> AgentCreated:
+        """Register an agent before the start (modeler token); its token is in the answer, shown once."""
+        return self._call(ModelerAPI.register_agent, federation_id=federation_id, name=name)
+
+    def start_federation(
+        self, federation_id: str, *, first_round_at: datetime | None = None
+    ) -> FederationPublic:
+        """Freeze the agent list and open round 1 (modeler token); ``first_round_at`` (timezone-aware):
+        round 1's deadline is then ``first_round_at`` + round_seconds."""
+        return self._call(
+            ModelerAPI.start_federation, federation_id=federation_id, first_round_at=first_round_at
+        )
+
+    # -- the modeler or an agent -----------------------------------------------------------------------
+    def get_federation(self, federation_id: str) -> FederationPublic:
+        """A federation: status, current round, epsilon so far (an agent also gets ``you``)."""
+        return self._call(ModelerAPI.get_federation, federation_id=federation_id)
+
+    def get_round(self, federation_id: str, number: int, *, wait: float | None = None) -> RoundPublic:
+        """Round ``number``; with ``wait`` the modeler holds the answer up to that many seconds until the
+        round closes. An agent also gets ``you``, its own standing in the round (from its receipt)."""
+        return self._call(ModelerAPI.get_round, federation_id=federation_id, number=number, wait=wait)
+
+    def wait_for_round(self, federation_id: str, number: int, *, poll: float = 30.0) -> RoundPublic:
+        """Long-poll (``poll`` s at a time) until round ``number`` is closed; the closed round."""
+        while True:
+            rnd = self.get_round(federation_id, number, wait=poll)
+            if rnd.status == "closed":
+                return rnd
+
+    def submit(
+        self,
+        federation_id: str,
+        number: int,
+        omega: Sequence[float],
+        *,
+        idempotency_key: str | None = None,
+    ) -> SubmissionAccepted:
+        """Submit omega for the open round ``number`` (agent token); the answer is the receipt.
+
+        Pass a deterministic ``idempotency_key`` (e.g. ``f"{federation}:{agent}:{round}"``) so that a repeat
+        after a lost answer or a restart is answered from the receipt (also once the round has closed)
+        instead of refused; without one a random key is used (still shared by this call's retries). A 409
+        (``ModelerApiError``) is a refusal: not the open round, its deadline passed, already submitted.
+        """
+        return self._call(
+            ModelerAPI.submit,
+            federation_id=federation_id,
+            number=number,
+            omega=[float(v) for v in omega],
+            idempotency_key=idempotency_key,
+        )
+
+
+class ModelerClient(FederationClient):
+    """Blocking client of the whole modeler API (modeler token): the federations (:class:`FederationClient`),
+    the studies, the strategies and the health check.
+
+    The study answers are the decoded JSON (``dict``) of ``StudyPublic``, ``StepResult``, ``RunAccepted``,
+    ``AuditLog``... (docs/api.md). Example::
+
+        with ModelerClient("http://127.0.0.1:8002", token=modeler_token) as modeler:
+            study = modeler.create_study({"curator_url": "http://127.0.0.1:8001", "release_id": 1,
+                                          "curator_token": partner_token, "iterations": 20})
+            modeler.run(study["id"])
+    """
+
+    def healthz(self) -> Health:
+        """``GET /healthz`` (no token needed). A 503 answer raises ``ModelerApiError``."""
+        return self._call(ModelerAPI.healthz)
+
+    def list_strategies(self) -> dict[str, Any]:
+        """The strategies a study can run, with the JSON schema of their parameters."""
+        out: dict[str, Any] = self._call(ModelerAPI.list_strategies)
+        return out
+
+    # -- studies ---------------------------------------------------------------------------------------
+    def create_study(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A study over a curator release or gradient oracle (``StudyCreate``); the answer is the study."""
+        out: dict[str, Any] = self._call(ModelerAPI.create_study, body=body)
+        return out
+
+    def list_studies(self) -> dict[str, Any]:
+        """Every study (``{"data": [...], "count": n}``)."""
+        out: dict[str, Any] = self._call(ModelerAPI.list_studies)
+        return out
+
+    def get_study(self, study_id: str) -> dict[str, Any]:
+        """A study: status, progress, best row."""
+        out: dict[str, Any] = self._call(ModelerAPI.get_study, study_id=study_id)
+        return out
+
+    def step(self, study_id: str) -> dict[str, Any]:
+        """One round now (``StepResult``); never retried once sent (a repeat would run another round)."""
+        out: dict[str, Any] = self._call(ModelerAPI.step, study_id=study_id)
+        return out
+
+    def run(self, study_id: str, iterations: int | None = None) -> dict[str, Any]:
+        """Run ``iterations`` more (default: the rest of the budget) in the background (``RunAccepted``)."""
+        out: dict[str, Any] = self._call(ModelerAPI.run, study_id=study_id, iterations=iterations)
+        return out
+
+    def stop(self, study_id: str) -> dict[str, Any]:
+        """Stop a running study after the round in flight (the study; 409 if it is not running)."""
+        out: dict[str, Any] = self._call(ModelerAPI.stop, study_id=study_id)
+        return out
+
+    def audit(self, study_id: str) -> dict[str, Any]:
+        """The study's hash-chained audit log (``AuditLog``)."""
+        out: dict[str, Any] = self._call(ModelerAPI.audit, study_id=study_id)
+        return out
+
+    def audit_csv(self, study_id: str) -> bytes:
+        """The audit log as CSV."""
+        return self._call(ModelerAPI.audit_csv, study_id=study_id)
+
+    def verify_audit(self, study_id: str) -> dict[str, Any]:
+        """Recompute the audit log's hash chain on the modeler (``AuditVerification``)."""
+        out: dict[str, Any] = self._call(ModelerAPI.verify_audit, study_id=study_id)
+        return out
+
+    def plot_png(self, study_id: str) -> bytes:
+        """Best value so far vs iteration, as a PNG."""
+        return self._call(ModelerAPI.plot_png, study_id=study_id)
