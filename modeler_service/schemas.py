@@ -1,424 +1,54 @@
-"""Request and response bodies of the modeler API (``API.md``, modeler part; named fields are fixed)."""
-
-from __future__ import annotations
-
-from datetime import datetime
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-
-from shared.bo.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
-from shared.protocol.schemas import GradientOracleInfo, Request
-
-StudyStatus = Literal["ready", "running", "awaiting_measurement", "waiting_for_curator", "done", "failed"]
-
-#: API v1 named these parameters at the top level of a study (they were GP-UCB's); they remain shorthands
-#: for the ``strategy_params`` key of the same name, for the strategies that take it.
-TOP_LEVEL_PARAMS = ("delta_prime", "hyperparameters", "initial_points", "exclude_queried")
-
-
-def target_field(runs_on: str) -> str:
-    """The ``StudyCreate`` field naming what a strategy runs on (``Strategy.runs_on``): ``<runs_on>_id``."""
-    return runs_on.replace("-", "_") + "_id"
-
-
-def _registry_enum(schema: dict[str, Any]) -> None:
-    """The JSON schema of a strategy name: the registry's names when the schema is generated."""
-    schema["enum"] = sorted(REGISTRY)
-
-
-def _words(runs_on: str) -> str:
-    return runs_on.replace("-", " ")
-
-
-class FixedHyperparameters(Request):
-    """Fixed kernel hyper-parameters (API v1 shorthand; validated by the strategy)."""
-
-    lengthscale: float = Field(gt=0, allow_inf_nan=False)
-    signal_variance: float = Field(gt=0, allow_inf_nan=False)
-    noise_variance: float = Field(gt=0, allow_inf_nan=False)
-
-
-class StudyCreate(Request):
-    """A study over a curator release (``release_id``), or for a strategy that runs on a gradient oracle
-    (``dp-gibo``) over a curator gradient oracle (``gradient_oracle_id``), run by a strategy of the registry
-    (``GET /v1/strategies``: each entry's ``runs_on`` says which of the two it needs)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "curator_url": "http://127.0.0.1:8001",
-                    "release_id": 1,
-                    "curator_token": "<partner token from the curator>",
-                    "strategy": "gp-ucb",
-                    "iterations": 50,
-                    "strategy_params": {"delta_prime": 0.05, "hyperparameters": "mle", "initial_points": 1},
-                },
-                {
-                    "curator_url": "http://127.0.0.1:8001",
-                    "release_id": 1,
-                    "curator_token": "<partner token from the curator>",
-                    "strategy": "gp-bucb",
-                    "iterations": 50,
-                    "strategy_params": {"batch_size": 5},
-                },
-                {
-                    "curator_url": "http://127.0.0.1:8001",
-                    "gradient_oracle_id": 1,
-                    "curator_token": "<partner token from the curator>",
-                    "strategy": "dp-gibo",
-                    "iterations": 20,
-                    "strategy_params": {"updater": "adagrad", "tolerance": 0.01},
-                },
-            ]
-        },
-    )
-
-    curator_url: str = Field(
-        min_length=8,
-        max_length=2048,
-        # printable ASCII URL characters only (RFC 3986); an internationalised host goes in punycode
-        pattern=r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$",
-        description="Base URL of the curator service (http:// or https://, ASCII).",
-    )
-    release_id: int | None = Field(
-        default=None,
-        ge=1,
-        le=2**31 - 1,
-        description="The curator release to optimise over (strategies that run on a release).",
-    )
-    gradient_oracle_id: int | None = Field(
-        default=None,
-        ge=1,
-        le=2**31 - 1,
-        description="The curator gradient oracle to optimise with (strategies that run on a gradient oracle: "
-        "dp-gibo); give it instead of release_id.",
-    )
-    curator_token: SecretStr = Field(
-        min_length=1,
-        max_length=4096,
-        description="Partner token for the curator (stored encrypted, never echoed).",
-    )
-
-    @field_validator("curator_token")
-    @classmethod
-    def _token_is_header_safe(cls, value: SecretStr) -> SecretStr:
-        token = value.get_secret_value()
-        if not all(0x21 <= ord(c) <= 0x7E for c in token):
-            raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
-        return value
-
-    strategy: str = Field(
-        default=DEFAULT_STRATEGY,
-        description="A strategy of the registry (GET /v1/strategies).",
-        json_schema_extra=_registry_enum,
-    )
-
-    @field_validator("strategy")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        """A name of the registry as it is when the request arrives (a plug-in may have added one)."""
-        get_strategy(value)  # InputDataError (a ValueError): names what the registry has
-        return value
-
-    strategy_params: dict[str, Any] = Field(
-        default_factory=dict,
-        description="The strategy's parameters, validated against its JSON schema (GET /v1/strategies); "
-        "an unknown key or a bad value is a 422 that lists what the strategy accepts.",
-    )
-    iterations: int = Field(ge=1, le=100_000, description="Query budget of the study (curator queries).")
-    delta_prime: float | None = Field(
-        default=None, description="Shorthand for strategy_params.delta_prime (API v1)."
-    )
-    hyperparameters: Literal["mle"] | FixedHyperparameters | None = Field(
-        default=None, description="Shorthand for strategy_params.hyperparameters (API v1)."
-    )
-    initial_points: int | None = Field(
-        default=None, description="Shorthand for strategy_params.initial_points (API v1)."
-    )
-    exclude_queried: bool | None = Field(
-        default=None, description="Shorthand for strategy_params.exclude_queried (API v1)."
-    )
-    seed: int | None = Field(
-        default=None,
-        ge=0,
-        le=2**63 - 1,
-        description="For benchmarks and tests only: seed of the modeler's own random choices (the "
-        "strategy's random first rows, the random strategy's draws). Leave unset in real studies (default: "
-        "fresh OS entropy). Stored by the modeler, never sent to the curator, never shown; it has no effect "
-        "on the curator's release or noise.",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> StudyCreate:
-        """Exactly one target id, the one the strategy runs on: ``<runs_on>_id`` (``release_id``,
-        ``gradient_oracle_id``)."""
-        cls = REGISTRY.get(str(self.strategy))
-        runs_on = (cls or REGISTRY[DEFAULT_STRATEGY]).runs_on
-        wanted = target_field(runs_on)
-        for other in sorted({c.runs_on for c in REGISTRY.values()} - {runs_on}):
-            field = target_field(other)
-            if getattr(self, field, None) is not None:
-                users = sorted(n for n, c in REGISTRY.items() if c.runs_on == other)
-                raise ValueError(
-                    f"strategy {self.strategy!r} runs on a curator {_words(runs_on)}, not a {_words(other)}: "
-                    f"give {wanted} instead of {field} (strategies that use a {_words(other)}: "
-                    f"{', '.join(users)})"
-                )
-        if getattr(self, wanted, None) is None:
-            raise ValueError(
-                f"strategy {self.strategy!r} runs on a curator {_words(runs_on)}: give {wanted} (the one the "
-                "curator granted your partner token)"
-            )
-        return self
-
-    def merged_params(self) -> dict[str, Any]:
-        """``strategy_params`` with the top-level shorthands folded in (both given: a 422)."""
-        params = dict(self.strategy_params)
-        for key in TOP_LEVEL_PARAMS:
-            value = getattr(self, key)
-            if value is None:
-                continue
-            if key in params:
-                raise ValueError(f"{key} is given both at the top level and in strategy_params: give it once")
-            params[key] = value.model_dump() if isinstance(value, BaseModel) else value
-        return params
-
-
-class StrategyInfo(BaseModel):
-    name: str
-    description: str
-    kinds: list[str] = Field(
-        description='The request kinds it sends: "row" (a row\'s outcome by index) or "gradient" (a private '
-        "gradient step of a curator gradient oracle)."
-    )
-    runs_on: str = Field(
-        description="What a study of it needs: release_id (release) or gradient_oracle_id (gradient-oracle)."
-    )
-    params_schema: dict[str, Any] = Field(description="JSON schema of its strategy_params.")
-
-
-class StrategiesPublic(BaseModel):
-    strategies: list[StrategyInfo]
-
-
-class BestPoint(BaseModel):
-    """The best row so far: the largest outcome answered, a row played several times in one round (an
-    epoch of MoMA-GP-UCB) counting with the mean of those answers. Under output privacy the answers are
-    noisy, so this is the best *answer*, not the best row's true outcome.
-
-    A gradient-oracle study (DP-GIBO) has no rows and no outcomes: its best is the current ``theta`` (what
-    Algorithm 1 returns after the steps so far), with ``index`` and ``y`` null."""
-
-    index: int | None
-    y: float | None
-    theta: list[float] | None = Field(
-        default=None,
-        exclude_if=lambda v: v is None,
-        description="Gradient-oracle studies only: the current theta (absent for release studies).",
-    )
-
-
-class ReleaseInfo(BaseModel):
-    """The public parameters of the release the study runs on (what the curator showed this partner)."""
-
-    id: int
-    n: int
-    r: int
-    epsilon: float
-    delta: float
-    mechanism: Literal["gaussian", "po-gp-ucb"]
-    formal_guarantee: bool = Field(description="Whether the curator's release carries a proven DP guarantee.")
-    noise_std: float | None = Field(description="gaussian: noise std added to each scaled feature.")
-    lift: str | None = Field(description="po-gp-ucb only.")
-    omega: float | None = Field(description="po-gp-ucb only.")
-    sha256: str
-
-
-class PendingQuery(BaseModel):
-    iteration: int = Field(description="The query number (seq) this request will have in the audit log.")
-    index: int
-    curator_query_id: int | None
-
-
-class RoundQuery(BaseModel):
-    """One request of a round and its answer so far."""
-
-    request: int = Field(description="Position within the round, 0-based.")
-    kind: str = Field(
-        description='The request kind: "row" (a row\'s outcome) or "gradient" (a gradient step).'
-    )
-    index: int | None
-    status: Literal["complete", "pending", "not_sent"]
-    y: float | None
-    curator_query_id: int | None
-    details: dict[str, Any] = Field(description="The strategy's numbers that chose this request.")
-
-
-class PendingRound(BaseModel):
-    round: int
-    queries: list[RoundQuery]
-
-
-class StudyPublic(BaseModel):
-    id: str
-    status: StudyStatus
-    release_id: int | None = Field(description="The release (null for a gradient-oracle study).")
-    gradient_oracle_id: int | None = Field(
-        default=None, description="The gradient oracle (gradient-oracle studies only, else null)."
-    )
-    curator_url: str
-    n: int = Field(description="Rows of the release (gradient oracle: the rows its gradients average over).")
-    r: int = Field(description="Columns of Z (gradient oracle: the dimension d of theta).")
-    strategy: str
-    strategy_params: dict[str, Any]
-    iterations_total: int
-    iterations_done: int
-    rounds_done: int
-    run_target: int | None = Field(description="iterations_done at which the current run stops.")
-    best: BestPoint | None
-    pending: PendingQuery | None = Field(description="The first unanswered request of the round in flight.")
-    pending_round: PendingRound | None = Field(description="The round in flight, if any.")
-    error: str | None = Field(
-        description="failed: why (and what to do); waiting_for_curator: the last transient error."
-    )
-    retry_at: datetime | None = Field(
-        default=None, description="waiting_for_curator: when the runner asks the curator again."
-    )
-    retry_attempts: int = Field(
-        default=0, description="waiting_for_curator: failed attempts in a row (the backoff grows with them)."
-    )
-    release: ReleaseInfo | None = Field(
-        description="The release's public parameters (null: gradient oracle)."
-    )
-    gradient_oracle: GradientOracleInfo | None = Field(
-        default=None, description="The gradient oracle's public parameters (gradient-oracle studies only)."
-    )
-    created_at: datetime
-    updated_at: datetime
-
-
-class StudiesPublic(BaseModel):
-    data: list[StudyPublic]
-    count: int
-
-
-class StepTimings(BaseModel):
-    """Server-side time of one step, in milliseconds (the GP arithmetic apart from the rest)."""
-
-    gp_ms: float = Field(description="The strategy's arithmetic: plan + observe (posteriors, refits).")
-    curator_ms: float = Field(description="The curator query round trip(s).")
-    db_ms: float = Field(description="The modeler's own database transactions (intent, audit entry).")
-    total_ms: float
-
-
-class StepResult(BaseModel):
-    """One round. A one-request round also fills the per-query fields of API v1 (``iteration``, ``index``,
-    ``y`` and the strategy's ``acquisition``, ``beta``, ``mean``, ``std``, ``source`` when it reports them);
-    with several requests they are null and ``queries`` has each one."""
-
-    round: int
-    queries: list[RoundQuery]
-    status: Literal["complete", "pending"] = Field(description="complete when every request is answered.")
-    iteration: int = Field(description="The query number (seq) of the round's last request.")
-    index: int | None
-    y: float | None
-    acquisition: float | None = None
-    beta: float | None = None
-    mean: float | None = None
-    std: float | None = None
-    source: str | None = None
-    curator_query_id: int | None
-    timings: StepTimings
-
-
-def _header_safe(value: SecretStr | None) -> SecretStr | None:
-    if value is not None and not all(0x21 <= ord(c) <= 0x7E for c in value.get_secret_value()):
-        raise ValueError("curator_token must be printable ASCII without spaces (a Bearer token)")
-    return value
-
-
-class StudyUpdate(Request):
-    """``PATCH /v1/studies/{id}``: a new partner token (rotated at the curator) and/or a new budget."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"iterations": 200}, {"curator_token": "<the partner's new token>"}]},
-    )
-
-    curator_token: SecretStr | None = Field(
-        default=None,
-        min_length=1,
-        max_length=4096,
-        description="The partner's new token (after a rotation at the curator): checked against the "
-        "curator, stored encrypted, used from the study's next request on; allowed while the study runs.",
-    )
-    iterations: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        description="The study's new query budget: at least the queries it has made, and what it adds "
-        "must fit what the curator's grant has left (the partner's quota, the oracle's steps); not while the "
-        "study runs. A done study with a larger budget is ready again (POST .../run).",
-    )
-
-    _token_is_header_safe = field_validator("curator_token")(_header_safe)
-
-    @model_validator(mode="after")
-    def _something(self) -> StudyUpdate:
-        if self.curator_token is None and self.iterations is None:
-            raise ValueError("name what to change: curator_token and/or iterations")
-        return self
-
-
-class RunRequest(Request):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"iterations": 20}]})
-
-    iterations: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        description="How many iterations to run (default: the rest of the budget).",
-    )
-
-
-class RunAccepted(BaseModel):
-    id: str
-    status: StudyStatus
-    iterations_done: int
-    run_target: int
-
-
-class AuditEntryPublic(BaseModel):
-    seq: int
-    at: datetime
-    iteration: int = Field(description="Same as seq (API v1).")
-    round: int
-    request: int
-    kind: str = Field(
-        description='The request kind: "row" (a row\'s outcome) or "gradient" (a gradient step).'
-    )
-    index: int | None
-    y: float | None
-    details: dict[str, Any]
-    acquisition: float | None = Field(default=None, description="details.acquisition, if reported.")
-    beta: float | None = Field(default=None, description="details.beta, if reported.")
-    mean: float | None = Field(default=None, description="details.mean, if reported.")
-    std: float | None = Field(default=None, description="details.std, if reported.")
-    curator_query_id: int = Field(description="The curator's query id (row) or step number (gradient).")
-    hash_version: int
-    prev_hash: str
-    hash: str
-
-
-class AuditLog(BaseModel):
-    entries: list[AuditEntryPublic]
-    count: int
-
-
-class AuditVerification(BaseModel):
-    ok: bool
-    entries: int
-    first_bad_seq: int | None
+"""The modeler's request and response bodies: the contract's (``shared.protocol.schemas.studies``),
+re-exported under the names the modeler's modules import."""
+
+from shared.protocol.schemas.studies import (
+    DEFAULT_STRATEGY,
+    TOP_LEVEL_PARAMS,
+    AuditEntryPublic,
+    AuditLog,
+    AuditVerification,
+    BestPoint,
+    FixedHyperparameters,
+    PendingQuery,
+    PendingRound,
+    ReleaseInfo,
+    RoundQuery,
+    RunAccepted,
+    RunRequest,
+    StepResult,
+    StepTimings,
+    StrategiesPublic,
+    StrategyInfo,
+    StudiesPublic,
+    StudyCreate,
+    StudyPublic,
+    StudyStatus,
+    StudyUpdate,
+    target_field,
+)
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "AuditEntryPublic",
+    "AuditLog",
+    "AuditVerification",
+    "BestPoint",
+    "FixedHyperparameters",
+    "PendingQuery",
+    "PendingRound",
+    "ReleaseInfo",
+    "RoundQuery",
+    "RunAccepted",
+    "RunRequest",
+    "StepResult",
+    "StepTimings",
+    "StrategiesPublic",
+    "StrategyInfo",
+    "StudiesPublic",
+    "StudyCreate",
+    "StudyPublic",
+    "StudyStatus",
+    "StudyUpdate",
+    "TOP_LEVEL_PARAMS",
+    "target_field",
+]

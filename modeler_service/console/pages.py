@@ -35,7 +35,7 @@ from modeler_service.console.forms import (
 from modeler_service.db import transaction
 from modeler_service.kinds import kind_of
 from modeler_service.schemas import AuditLog, StrategyInfo, StudyPublic
-from shared.bo.strategies import DEFAULT_STRATEGY
+from shared.protocol.schemas.studies import DEFAULT_STRATEGY
 from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
 from shared.servicekit.console.charts import SVG_MEDIA_TYPE, Series, line_chart
 from shared.servicekit.exceptions import ServiceError

@@ -226,7 +226,7 @@ def reconcile_cmd(
             study_id=study,
             verify=ca_bundle if ca_bundle is not None else True,
         )
-    except PoboError as exc:  # CuratorError, ModelerClientError: the message names the side and its answer
+    except PoboError as exc:  # CuratorError, ModelerApiError: the message names the side and its answer
         console.print(f"[red]cannot reconcile[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     chains = (

@@ -16,21 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import httpx
-
-from shared.errors import PoboError
-from shared.protocol.client import CuratorClient
+from shared.protocol.client import CuratorClient, ModelerClient
 from shared.protocol.keys import parse_request_key
-from shared.servicekit.tls import client_ssl_context
 
-__all__ = ["Mismatch", "ModelerClientError", "ReconcileReport", "reconcile"]
-
-
-class ModelerClientError(PoboError):
-    """The modeler answered with an error or could not be reached (the message says which and why)."""
+__all__ = ["Mismatch", "ReconcileReport", "reconcile"]
 
 
 @dataclass(frozen=True)
@@ -81,16 +72,10 @@ def reconcile(
     verify: Any = True,
 ) -> ReconcileReport:
     """Fetch both logs and both chain verifications and compare them entry by entry."""
-    http_verify = client_ssl_context(verify) if isinstance(verify, (str, Path)) else verify
-    with httpx.Client(
-        base_url=modeler_url,
-        headers={"Authorization": f"Bearer {modeler_token}"},
-        timeout=60,
-        verify=http_verify,
-    ) as modeler:
-        study = _get(modeler, f"/v1/studies/{study_id}")
-        audit = _get(modeler, f"/v1/studies/{study_id}/audit")["entries"]
-        modeler_verify = _get(modeler, f"/v1/studies/{study_id}/audit/verify")
+    with ModelerClient(modeler_url, modeler_token, verify=verify) as modeler:
+        study = modeler.get_study(study_id).model_dump(mode="json")
+        audit = [e.model_dump(mode="json") for e in modeler.audit(study_id).entries]
+        modeler_verify = modeler.verify_audit(study_id).model_dump(mode="json")
     if study.get("gradient_oracle_id") is not None:
         return _reconcile_gradient(curator_url, curator_token, verify, study, audit, modeler_verify)
     release_id = int(study["release_id"])
@@ -202,18 +187,3 @@ def _reconcile_gradient(
 
 def _where(round_no: int, request: int) -> str:
     return f"round {round_no}" if request == 0 else f"round {round_no} request {request}"
-
-
-def _get(modeler: httpx.Client, path: str) -> Any:
-    """GET a modeler resource as JSON; any failure raises :class:`ModelerClientError`, saying why."""
-    try:
-        response = modeler.get(path)
-    except httpx.TransportError as exc:
-        raise ModelerClientError(f"modeler at {modeler.base_url} not reachable on GET {path}: {exc}") from exc
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise ModelerClientError(f"modeler answered {response.status_code} to GET {path}: {detail}")
-    return response.json()

@@ -22,9 +22,9 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from tests.e2e.browser import Traffic, new_page, shot, sign_in
-from tests.e2e.conftest import Services, write_csv
+from tests.e2e.conftest import SQLITE_ONLY, Services, write_csv
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # the console's flow, not the database (see conftest)
 
 ITERATIONS = 8
 STUDY_URL = re.compile(r"/console/studies/([0-9a-f]+)(?:\?[^/]*)?$")

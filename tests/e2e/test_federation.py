@@ -24,9 +24,11 @@ from tests.e2e.conftest import SQLITE_ONLY, Services
 pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # see SQLITE_ONLY in conftest
 
 AGENTS, ROUNDS, ROUND_SECONDS = 5, 5, 2.5
-#: Seconds from the start to first_round_at: five agent processes' start-up and first query (about 1 s of
-#: CPU each; several seconds on a loaded 2-core runner) fit in it; round 1 closes ROUND_SECONDS later.
-FIRST_ROUND_DELAY = 10.0
+#: Seconds from the start to first_round_at: five agent processes' start-up and first query (about 1.1 s of
+#: imports and a choice of x each) fit in it; round 1 closes ROUND_SECONDS later. With the suite's other
+#: worker busy on the 2-core runner, the agents were measured 12-16 s late for a 10 s delay (two runs of
+#: three): the delay is what a pilot's agents need, the test's assertion (all five in round 1) is unchanged.
+FIRST_ROUND_DELAY = 25.0
 Q, Z, DELTA, P, M = 0.5, 5.0, 1e-5, 2, 30  # z = 5: dp-accounting is quick (a 2-CPU runner)
 
 

@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.conftest import Services, write_csv
+from tests.e2e.conftest import SQLITE_ONLY, Services, write_csv
 from tests.e2e.test_strategies import reconciled
 from tests.e2e.test_two_party import FIXED_HP, setup_release, study_body, wait_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SQLITE_ONLY]  # the partner API's flow; PATCH/tokens run on PG in unit tests
 
 
 def curator_admin(services: Services) -> httpx.Client:

@@ -5,6 +5,7 @@ against the modeler app itself (through its TestClient)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -169,8 +170,8 @@ def test_the_clients_against_the_modeler(bare: TestClient) -> None:
     transport = AppTransport(bare)
     with ModelerClient("http://modeler.test", TOKEN, transport=transport) as modeler:
         assert modeler.healthz().status == "ok"
-        assert "strategies" in modeler.list_strategies()
-        assert modeler.list_studies()["count"] == 0
+        assert "gp-ucb" in {s.name for s in modeler.list_strategies().strategies}
+        assert modeler.list_studies().count == 0
         with pytest.raises(ModelerApiError) as err:
             modeler.get_study("0123abcd")
         assert err.value.status_code == 404
@@ -220,3 +221,25 @@ def test_the_clients_against_the_modeler(bare: TestClient) -> None:
         with pytest.raises(ModelerApiError) as err:
             client.register_agent(fed.id, "intruder")
         assert err.value.status_code == 403
+
+
+def test_the_study_calls_answer_the_contracts_models(bare: TestClient) -> None:
+    from shared.protocol.schemas.studies import AuditLog, RunAccepted, StepResult, StudyCreate, StudyPublic
+    from tests.modeler_service.conftest import study_body
+
+    with ModelerClient("http://modeler.test", TOKEN, transport=AppTransport(bare)) as modeler:
+        study = modeler.create_study(StudyCreate.model_validate(study_body(iterations=4)))
+        assert isinstance(study, StudyPublic) and study.status == "ready" and study.iterations_total == 4
+        step = modeler.step(study.id)
+        assert isinstance(step, StepResult) and step.round == 1 and step.status == "complete"
+        accepted = modeler.run(study.id)
+        assert isinstance(accepted, RunAccepted) and accepted.run_target == 4
+        deadline = time.monotonic() + 30
+        while modeler.get_study(study.id).status != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        log = modeler.audit(study.id)
+        assert isinstance(log, AuditLog) and log.count == 4 and modeler.verify_audit(study.id).ok
+        more = modeler.update_study(study.id, iterations=6)
+        assert (more.status, more.iterations_total) == ("ready", 6)
+        assert [s.id for s in modeler.list_studies().data] == [study.id]

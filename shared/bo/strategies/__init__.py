@@ -50,11 +50,7 @@ from shared.bo.strategies.heavy_tailed import (
 )
 from shared.bo.strategies.random_rows import RandomParams, RandomRowsStrategy
 
-#: The strategy of a study that names none: PO-GP-UCB's GP-UCB.
-DEFAULT_STRATEGY = GPUCBStrategy.name
-
 __all__ = [
-    "DEFAULT_STRATEGY",
     "GPUCB",
     "REGISTRY",
     "ATAGPUCBStrategy",

@@ -34,6 +34,16 @@ from shared.protocol.schemas import (
     RoundPublic,
     SubmissionAccepted,
 )
+from shared.protocol.schemas.studies import (
+    AuditLog,
+    AuditVerification,
+    RunAccepted,
+    StepResult,
+    StrategiesPublic,
+    StudiesPublic,
+    StudyCreate,
+    StudyPublic,
+)
 
 __all__ = ["FederationClient", "ModelerClient"]
 
@@ -117,69 +127,80 @@ class ModelerClient(FederationClient):
     """Blocking client of the whole modeler API (modeler token): the federations (:class:`FederationClient`),
     the studies, the strategies and the health check.
 
-    The study answers are the decoded JSON (``dict``) of ``StudyPublic``, ``StepResult``, ``RunAccepted``,
-    ``AuditLog``... (docs/api.md). Example::
+    The answers are the contract's models (``shared.protocol.schemas.studies``: ``StudyPublic``,
+    ``StepResult``, ``RunAccepted``, ``AuditLog``...). Example::
 
         with ModelerClient("http://127.0.0.1:8002", token=modeler_token) as modeler:
             study = modeler.create_study({"curator_url": "http://127.0.0.1:8001", "release_id": 1,
                                           "curator_token": partner_token, "iterations": 20})
-            modeler.run(study["id"])
+            modeler.run(study.id)
     """
 
     def healthz(self) -> Health:
         """``GET /healthz`` (no token needed). A 503 answer raises ``ModelerApiError``."""
         return self._call(ModelerAPI.healthz)
 
-    def list_strategies(self) -> dict[str, Any]:
+    def list_strategies(self) -> StrategiesPublic:
         """The strategies a study can run, with the JSON schema of their parameters."""
-        out: dict[str, Any] = self._call(ModelerAPI.list_strategies)
-        return out
+        return self._call(ModelerAPI.list_strategies)
 
     # -- studies ---------------------------------------------------------------------------------------
-    def create_study(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A study over a curator release or gradient oracle (``StudyCreate``); the answer is the study."""
-        out: dict[str, Any] = self._call(ModelerAPI.create_study, body=body)
-        return out
+    def create_study(self, body: StudyCreate | dict[str, Any]) -> StudyPublic:
+        """A study over a curator release or gradient oracle (``StudyCreate``, or its JSON as a dict)."""
+        return self._call(ModelerAPI.create_study, body=_wire(body))
 
-    def list_studies(self) -> dict[str, Any]:
-        """Every study (``{"data": [...], "count": n}``)."""
-        out: dict[str, Any] = self._call(ModelerAPI.list_studies)
-        return out
+    def list_studies(self) -> StudiesPublic:
+        """Every study."""
+        return self._call(ModelerAPI.list_studies)
 
-    def get_study(self, study_id: str) -> dict[str, Any]:
+    def get_study(self, study_id: str) -> StudyPublic:
         """A study: status, progress, best row."""
-        out: dict[str, Any] = self._call(ModelerAPI.get_study, study_id=study_id)
-        return out
+        return self._call(ModelerAPI.get_study, study_id=study_id)
 
-    def step(self, study_id: str) -> dict[str, Any]:
-        """One round now (``StepResult``); never retried once sent (a repeat would run another round)."""
-        out: dict[str, Any] = self._call(ModelerAPI.step, study_id=study_id)
-        return out
+    def update_study(
+        self, study_id: str, *, curator_token: str | None = None, iterations: int | None = None
+    ) -> StudyPublic:
+        """A rotated partner token and/or a new budget (``PATCH /v1/studies/{id}``)."""
+        body: dict[str, Any] = {}
+        if curator_token is not None:
+            body["curator_token"] = curator_token
+        if iterations is not None:
+            body["iterations"] = int(iterations)
+        return self._call(ModelerAPI.update_study, study_id=study_id, body=body)
 
-    def run(self, study_id: str, iterations: int | None = None) -> dict[str, Any]:
-        """Run ``iterations`` more (default: the rest of the budget) in the background (``RunAccepted``)."""
-        out: dict[str, Any] = self._call(ModelerAPI.run, study_id=study_id, iterations=iterations)
-        return out
+    def step(self, study_id: str) -> StepResult:
+        """One round now; never retried once sent (a repeat would run another round)."""
+        return self._call(ModelerAPI.step, study_id=study_id)
 
-    def stop(self, study_id: str) -> dict[str, Any]:
-        """Stop a running study after the round in flight (the study; 409 if it is not running)."""
-        out: dict[str, Any] = self._call(ModelerAPI.stop, study_id=study_id)
-        return out
+    def run(self, study_id: str, iterations: int | None = None) -> RunAccepted:
+        """Run ``iterations`` more (default: the rest of the budget) in the background."""
+        return self._call(ModelerAPI.run, study_id=study_id, iterations=iterations)
 
-    def audit(self, study_id: str) -> dict[str, Any]:
-        """The study's hash-chained audit log (``AuditLog``)."""
-        out: dict[str, Any] = self._call(ModelerAPI.audit, study_id=study_id)
-        return out
+    def stop(self, study_id: str) -> StudyPublic:
+        """Stop a running study after the round in flight (409 if it is not running)."""
+        return self._call(ModelerAPI.stop, study_id=study_id)
+
+    def audit(self, study_id: str) -> AuditLog:
+        """The study's hash-chained audit log."""
+        return self._call(ModelerAPI.audit, study_id=study_id)
 
     def audit_csv(self, study_id: str) -> bytes:
         """The audit log as CSV."""
         return self._call(ModelerAPI.audit_csv, study_id=study_id)
 
-    def verify_audit(self, study_id: str) -> dict[str, Any]:
-        """Recompute the audit log's hash chain on the modeler (``AuditVerification``)."""
-        out: dict[str, Any] = self._call(ModelerAPI.verify_audit, study_id=study_id)
-        return out
+    def verify_audit(self, study_id: str) -> AuditVerification:
+        """Recompute the audit log's hash chain on the modeler."""
+        return self._call(ModelerAPI.verify_audit, study_id=study_id)
 
     def plot_png(self, study_id: str) -> bytes:
         """Best value so far vs iteration, as a PNG."""
         return self._call(ModelerAPI.plot_png, study_id=study_id)
+
+
+def _wire(body: StudyCreate | dict[str, Any]) -> dict[str, Any]:
+    """A study's JSON as sent: a ``StudyCreate`` with its token revealed (the model masks it)."""
+    if isinstance(body, dict):
+        return dict(body)
+    data = body.model_dump(mode="json", exclude_unset=True)
+    data["curator_token"] = body.curator_token.get_secret_value()
+    return data

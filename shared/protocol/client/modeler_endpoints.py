@@ -3,9 +3,8 @@ client method that calls it — the federations (DP-FTS-DE: the modeler as coord
 the studies, the strategies and the health check.
 
 Like the curator's table (``endpoints.py``), an endpoint says how the call is made, whether a repeat is
-safe, and what the answer parses into. Two differences: the ids in the paths are text (a federation's and a
-study's ids are hex strings), and the study answers are returned as decoded JSON (their models live in the
-modeler service, not in this contract yet).
+safe, and what the answer parses into. One difference: the ids in the paths are text (a federation's and a
+study's ids are hex strings).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from shared.protocol import schemas
 from shared.protocol.client.base import Parts, _Call
 from shared.protocol.client.endpoints import Endpoint, model
 from shared.protocol.client.errors import MODELER_ERRORS
+from shared.protocol.schemas import studies
 
 R = TypeVar("R")
 
@@ -50,11 +50,6 @@ class ModelerEndpoint(Endpoint[R]):
         )
         extra = parts.extra_timeout + self.extra_timeout
         return _Call(self.method, path, replace(parts, headers=headers, extra_timeout=extra), self.retry_safe)
-
-
-def _json(data: Any) -> Any:
-    """The ``parse`` of an endpoint answered as decoded JSON (the study answers)."""
-    return data
 
 
 def _raw(data: Any) -> bytes:
@@ -103,7 +98,7 @@ class ModelerAPI:
     """The table: every modeler operation the clients know, by the name of its client method."""
 
     healthz = ModelerEndpoint("GET", "/healthz", model(schemas.Health, _M))
-    list_strategies = ModelerEndpoint("GET", "/v1/strategies", _json)
+    list_strategies = ModelerEndpoint("GET", "/v1/strategies", model(studies.StrategiesPublic, _M))
     # federations (DP-FTS-DE)
     create_federation = ModelerEndpoint(
         "POST", "/v1/federations", model(schemas.FederationPublic, _M), _body, idempotent=False
@@ -136,16 +131,29 @@ class ModelerAPI:
         _submission,
         idempotent=True,
     )
-    # studies (answers as decoded JSON)
-    create_study = ModelerEndpoint("POST", "/v1/studies", _json, _body, idempotent=False)
-    list_studies = ModelerEndpoint("GET", "/v1/studies", _json)
-    get_study = ModelerEndpoint("GET", "/v1/studies/{study_id}", _json)
-    step = ModelerEndpoint("POST", "/v1/studies/{study_id}/step", _json, idempotent=False)
-    run = ModelerEndpoint("POST", "/v1/studies/{study_id}/run", _json, _run, idempotent=False)
-    stop = ModelerEndpoint("POST", "/v1/studies/{study_id}/stop", _json, idempotent=False)
-    audit = ModelerEndpoint("GET", "/v1/studies/{study_id}/audit", _json)
+    # studies
+    create_study = ModelerEndpoint(
+        "POST", "/v1/studies", model(studies.StudyPublic, _M), _body, idempotent=False
+    )
+    list_studies = ModelerEndpoint("GET", "/v1/studies", model(studies.StudiesPublic, _M))
+    get_study = ModelerEndpoint("GET", "/v1/studies/{study_id}", model(studies.StudyPublic, _M))
+    update_study = ModelerEndpoint(  # the same change again is the same result: safe to repeat
+        "PATCH", "/v1/studies/{study_id}", model(studies.StudyPublic, _M), _body, idempotent=True
+    )
+    step = ModelerEndpoint(
+        "POST", "/v1/studies/{study_id}/step", model(studies.StepResult, _M), idempotent=False
+    )
+    run = ModelerEndpoint(
+        "POST", "/v1/studies/{study_id}/run", model(studies.RunAccepted, _M), _run, idempotent=False
+    )
+    stop = ModelerEndpoint(
+        "POST", "/v1/studies/{study_id}/stop", model(studies.StudyPublic, _M), idempotent=False
+    )
+    audit = ModelerEndpoint("GET", "/v1/studies/{study_id}/audit", model(studies.AuditLog, _M))
     audit_csv = ModelerEndpoint("GET", "/v1/studies/{study_id}/audit", _raw, _audit_csv, accept="text/csv")
-    verify_audit = ModelerEndpoint("GET", "/v1/studies/{study_id}/audit/verify", _json)
+    verify_audit = ModelerEndpoint(
+        "GET", "/v1/studies/{study_id}/audit/verify", model(studies.AuditVerification, _M)
+    )
     plot_png = ModelerEndpoint("GET", "/v1/studies/{study_id}/plot.png", _raw, accept="image/png")
 
 

@@ -15,7 +15,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from shared.errors import InputDataError
-from shared.federated.regions import split_box
 from shared.protocol.schemas.common import Request
 
 FederationStatus = Literal["registering", "running", "done"]
@@ -80,6 +79,8 @@ class FederationCreate(Request):
         for j, pair in enumerate(self.bounds):
             if len(pair) != 2 or not all(math.isfinite(v) for v in pair) or not pair[0] < pair[1]:
                 raise ValueError(f"bounds[{j}] must be [lower, upper] with finite lower < upper, got {pair}")
+        from shared.federated.regions import split_box  # (importing the contract loads no numerics)
+
         try:
             split_box([p[0] for p in self.bounds], [p[1] for p in self.bounds], self.P)
         except InputDataError as exc:

@@ -53,6 +53,7 @@ from shared.bo.gibo.losses import huber_regression
 from shared.bo.gibo.private_gradient import clip_rows, private_gradient_diagnostics, step_mechanism
 from shared.bo.gibo.updates import GradientDescent
 from shared.bo.gp import Hyperparameters, se_kernel
+from shared.bo.kernels import expanded_sqdist, se_from_sqdist
 from shared.bo.mle import fit_hyperparameters
 from shared.privacy.lattice import add_lattice_noise
 
@@ -209,11 +210,6 @@ def noisy_gd(
 
 
 # -- Section 4.3 -------------------------------------------------------------------------------------------
-def _sqdist(A: FloatArray, B: FloatArray) -> FloatArray:
-    out: FloatArray = np.maximum((A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * (A @ B.T), 0.0)
-    return out
-
-
 @dataclass(frozen=True)
 class GPTuningProblem:
     """Section 4.3: public training set, one validation point per user, loss = squared prediction error."""
@@ -233,9 +229,9 @@ class GPTuningProblem:
         eye = np.eye(self.X_train.shape[0])
         for k, ls in enumerate(Zs):  # a loop over design points, not users
             A, V = self.X_train / ls, self.X_val / ls
-            K = np.exp(-0.5 * _sqdist(A, A)) + (self.noise_var + 1e-8) * eye
+            K = se_from_sqdist(expanded_sqdist(A, A)) + (self.noise_var + 1e-8) * eye
             alpha = cho_solve(cho_factor(K, lower=True, check_finite=False), self.y_train, check_finite=False)
-            pred = np.exp(-0.5 * _sqdist(V, A)) @ alpha
+            pred = se_from_sqdist(expanded_sqdist(V, A)) @ alpha
             out[k] = (self.y_val - pred) ** 2
         return out
 
@@ -315,7 +311,7 @@ def gp_ucb(
     X = np.vstack([x0[None, :], rng.uniform(lo, hi, (n0 - 1, d))])
     y = np.asarray(objective(X), dtype=np.float64)
     scale = float(
-        np.median(np.sqrt(_sqdist(*(2 * [rng.uniform(lo, hi, (200, d))])))[np.triu_indices(200, 1)])
+        np.median(np.sqrt(expanded_sqdist(*(2 * [rng.uniform(lo, hi, (200, d))])))[np.triu_indices(200, 1)])
     )
     hp: Hyperparameters | None = None
     while y.shape[0] < budget:

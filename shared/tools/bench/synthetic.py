@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from shared.bo.gp import Hyperparameters
+from shared.bo.kernels import se_from_sqdist
 from shared.bo.strategies import GPUCB
 from shared.privacy.gaussian import calibrate, gaussian_release
 from shared.privacy.po_gp_ucb import centred_sigma_min, omega, release_projection
@@ -90,7 +91,7 @@ def grid_inputs() -> tuple[np.ndarray, float]:
 def _grid_factor() -> np.ndarray:
     """L1 [100, 100] with L1 L1^T = k(g, g) (eigen-square-root; the 1-D kernel matrix is singular)."""
     g = np.linspace(0.0, SPAN, GRID)
-    K1 = np.exp(-0.5 * (g[:, None] - g[None, :]) ** 2 / LENGTHSCALE**2)
+    K1 = se_from_sqdist((g[:, None] - g[None, :]) ** 2, sq_scale=LENGTHSCALE**2)
     lam, Q = np.linalg.eigh(K1)
     L1: np.ndarray = Q * np.sqrt(np.clip(lam, 0.0, None))
     return L1
