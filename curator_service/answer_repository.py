@@ -143,8 +143,9 @@ class AnswerStatements:
         return int(row["id"])
 
     def add_output_charge(self, cur: Any, **columns: Any) -> None:
-        """Charge one answer to its person (``repository.add_output_charge``'s row)."""
-        self._s["charge"].run(cur, {"created_at": utcnow(), **columns})
+        """Charge one answer to its person (``repository.add_output_charge``'s row; the query's own answer,
+        ``answer_no`` 0)."""
+        self._s["charge"].run(cur, {"created_at": utcnow(), "answer_no": 0, **columns})
 
     def link(self, cur: Any, query: Any, y: float, head: tuple[int, str]) -> dict[str, Any]:
         """``querylog.link_inserted`` on the cursor: answer and link the pending query, move the head."""

@@ -11,6 +11,7 @@ can trigger never mentions curator-private diagnostics such as sigma_min.
 
 from __future__ import annotations
 
+from shared.errors import ROW_UNAFFORDABLE
 from shared.servicekit.exceptions import (
     Conflict,
     Forbidden,
@@ -28,6 +29,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "QuotaExceeded",
+    "RowUnaffordable",
     "StorageCorrupted",
     "Unauthorized",
 ]
@@ -51,3 +53,11 @@ class StorageCorrupted(ServiceError):
     """A stored array no longer matches its recorded sha256 (the file was altered or damaged)."""
 
     status_code = 500
+
+
+class RowUnaffordable(Conflict):
+    """A grant's per-person output allotment leaves no room for one more answer about a row's person
+    (``services.outputs.admit``): 409, nothing charged, with ``Pobo-Error-Code: row-unaffordable``, so that
+    the modeler excludes the row and goes on (``GET /v1/releases/{id}/exclusions`` lists every such row)."""
+
+    code = ROW_UNAFFORDABLE

@@ -26,6 +26,7 @@ from curator_service.api.routes import (
     datasets,
     gradients,
     health,
+    lab,
     partners,
     populations,
     queries,
@@ -45,6 +46,7 @@ from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.servicekit import lanes, serving
 from shared.servicekit.app import add_access_guards
 from shared.servicekit.asgi_guards import BodyLimit
+from shared.servicekit.console import Console
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
 from shared.servicekit.serving import configure_logging, reset_throttle
@@ -105,7 +107,12 @@ TAGS = [
         "description": "DP-GIBO: private gradient steps on a dataset's rows, mu-GDP charged at creation.",
     },
     {"name": "partners", "description": "Partner tokens, their grants and query quotas (admin)."},
-    {"name": "queries", "description": "Outcome queries by partners; results of manual measurements."},
+    {
+        "name": "queries",
+        "description": "Outcome queries by partners; the lab's side of manual measurements (admin): the "
+        "pending list with sample ids, results one by one or in bulk from a CSV, corrections of posted "
+        "values.",
+    },
     {
         "name": "access log",
         "description": "Who called what and when (admin). Every `/v1` request gets one entry, refused "
@@ -207,15 +214,20 @@ class UploadGuard:
 
 
 class AccessLogMiddleware:
-    """Records every ``/v1`` request: who (admin, partner:<id>, anonymous), method, path, status, time."""
+    """Records every ``/v1`` request: who (admin, partner:<id>, anonymous), method, path, status, time; and,
+    with the console on, every console action (a request other than GET/HEAD: uploads, releases, partners,
+    tokens, grants, measurements, gradient oracles, sign-in and out) with the operator's console session
+    as its actor (``admin@console:<tag>``, ``Console.actor_of``). Paths only: never a form's values."""
 
-    def __init__(self, app: ASGIApp, db: Database, gate: WriteGate) -> None:
+    def __init__(self, app: ASGIApp, db: Database, gate: WriteGate, console: Console | None = None) -> None:
         self.app = app
         self.db = db
         self.gate = gate  # the entry is a write: it waits for admission like any writer
+        self.console = console
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+        console_action = self.console is not None and self.console.is_action(scope)
+        if scope["type"] != "http" or not (scope["path"].startswith("/v1") or console_action):
             await self.app(scope, receive, send)
             return
         pending = PendingEntry(scope["method"], scope["path"], time.perf_counter())
@@ -233,6 +245,8 @@ class AccessLogMiddleware:
         finally:
             if not pending.written:
                 entry = pending.fields(scope["state"].get("principal"), status)
+                if console_action and self.console is not None:
+                    entry["actor"] = self.console.actor_of(scope)
                 with anyio.CancelScope(shield=True):
                     await self.gate.run_sync(self._write, entry)
 
@@ -303,6 +317,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         dependencies=[Depends(admission(gate), scope="function")],  # writers: see ``write_gate``
     )
     app.state.components = components
+    app.state.write_gate = gate  # a read that records a delivery writes through it (``routes.queries``)
     install_error_handlers(
         app,
         logger=logger,
@@ -311,11 +326,13 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         database_error_detail="internal database error; see the curator's log",
         unexpected_detail="internal error; see the curator's log",
     )
-    for module in (health, datasets, populations, releases, gradients, partners, queries, access_log):
+    for module in (health, datasets, populations, releases, gradients, partners, lab, queries, access_log):
         app.include_router(module.router)
     lanes.install(app, [query_lane(components, gate)])  # the iteration's query, past routing (api.lanes)
+    console = None
     if settings.console:  # the privacy officer's browser console (admin only)
-        build_console(settings, admin_token.get_secret_value()).install(app)
+        console = build_console(settings, admin_token.get_secret_value())
+        console.install(app)
         # its CSV upload obeys the upload limit (an HTML 413 page), not the JSON body limit (exempt below)
         app.add_middleware(
             ConsoleUploadLimit,
@@ -326,7 +343,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets", CONSOLE_UPLOAD_PATH]
     )
-    app.add_middleware(AccessLogMiddleware, db=db, gate=gate)
+    app.add_middleware(AccessLogMiddleware, db=db, gate=gate, console=console)
     add_access_guards(
         app,
         settings,

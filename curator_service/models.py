@@ -94,6 +94,11 @@ class Dataset(Base):
     acknowledged_distinct_people: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     #: Cached sigma_min of the centred, scaled features (data-dependent, curator-private, immutable).
     sigma_min: Mapped[float | None]
+    #: The upload's id column (migration 0008): its name, and the ids themselves as a fixed-width UTF-8
+    #: bytes .npy (row i's sample id at [i]; unique, never released, never shown to a partner).
+    id_column: Mapped[str | None] = mapped_column(String(200))
+    ids_path: Mapped[str | None] = mapped_column(String(500))
+    ids_sha256: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -237,6 +242,42 @@ class Query(Base):
     source_query_id: Mapped[int | None] = mapped_column(Integer, index=True)
     charged_epsilon: Mapped[float | None]
     y_raw: Mapped[float | None]
+    #: When a partner was first sent this query complete (migration 0008): by ``GET /v1/queries/{id}``, a
+    #: long-poll, the release's list or a replayed creation. Until then the lab may *correct* the value;
+    #: afterwards a new value *supersedes* it (``services.corrections``). A ``column`` answer sent in the
+    #: answer to its creation is not recorded here (such answers are never corrected).
+    delivered_at: Mapped[datetime | None]
+
+
+class QueryCorrection(Base):
+    """A changed outcome of a completed ``manual`` query (migration 0008), a link of its release's chain.
+
+    ``kind``: ``correction`` (replaced before any partner was sent the query complete) or ``supersession``
+    (a new value after delivery: one more answer about the person, charged as such). Both values are kept
+    here; the query row holds the current one. ``previous_y`` / ``y`` are the values as answered
+    (privatised under an output-private grant); ``*_raw`` the measured ones, kept only when the grant has
+    ``store_raw``."""
+
+    __tablename__ = "curator_query_corrections"
+    __table_args__ = (UniqueConstraint("release_id", "chain_seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    query_id: Mapped[int] = mapped_column(ForeignKey("curator_queries.id"), index=True)
+    release_id: Mapped[int] = mapped_column(ForeignKey("curator_releases.id"))
+    partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    previous_y: Mapped[float]
+    y: Mapped[float]
+    previous_y_raw: Mapped[float | None]
+    y_raw: Mapped[float | None]
+    reason: Mapped[str] = mapped_column(String(500))
+    #: Output epsilon this change cost its person: a supersession under output privacy is one more answer;
+    #: NULL for a raw grant's supersession (unbounded) and for a correction (no new answer was sent).
+    charged_epsilon: Mapped[float | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    chain_seq: Mapped[int]
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
 
 
 class OutputCharge(Base):
@@ -250,6 +291,7 @@ class OutputCharge(Base):
     __tablename__ = "curator_output_charges"
     __table_args__ = (
         Index("ix_curator_output_charges_population_row", "population_id", "dataset_id", "row_index"),
+        UniqueConstraint("query_id", "answer_no"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -260,7 +302,9 @@ class OutputCharge(Base):
     row_index: Mapped[int]
     #: Not a foreign key on purpose: the charge outlives any change to the query log (a deleted query row
     #: must not give its person their epsilon back).
-    query_id: Mapped[int] = mapped_column(Integer, unique=True)
+    query_id: Mapped[int] = mapped_column(Integer)
+    #: 0: the query's answer; k > 0: its k-th supersession (one more answer about the person; 0008).
+    answer_no: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     partner_id: Mapped[int] = mapped_column(ForeignKey("curator_partners.id"))
     epsilon: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -22,8 +22,10 @@ def add_output_charge(
     query_id: int,
     partner_id: int,
     epsilon: float | None,
+    answer_no: int = 0,
 ) -> None:
-    """Charge one answer to its person (a Core insert, sent at once: the query it names is flushed)."""
+    """Charge one answer to its person (a Core insert, sent at once: the query it names is flushed).
+    ``answer_no``: 0 for the query's answer, k for its k-th supersession (``services.corrections``)."""
     session.connection().execute(
         _INSERT_OUTPUT_CHARGE,
         {
@@ -33,6 +35,7 @@ def add_output_charge(
             "query_id": query_id,
             "partner_id": partner_id,
             "epsilon": epsilon,
+            "answer_no": answer_no,
         },
     )
 
@@ -151,3 +154,34 @@ def partners_answering(session: Session, population_id: int) -> Sequence[Partner
         .where(Dataset.population_id == population_id)
     )
     return session.scalars(select(Partner).where(Partner.id.in_(granted)).order_by(Partner.id)).all()
+
+
+def partner_row_totals(session: Session, dataset_id: int, partner_id: int) -> list[tuple[int, float, bool]]:
+    """(row, sum of charged epsilons, any raw answer) per row of a dataset that one partner was answered
+    about."""
+    stmt = (
+        select(
+            OutputCharge.row_index,
+            func.coalesce(func.sum(OutputCharge.epsilon), 0.0),
+            func.count() - func.count(OutputCharge.epsilon),
+        )
+        .where(OutputCharge.dataset_id == dataset_id, OutputCharge.partner_id == partner_id)
+        .group_by(OutputCharge.row_index)
+    )
+    return [(int(i), float(e or 0.0), int(r) > 0) for i, e, r in session.execute(stmt)]
+
+
+def cached_answer_keys(session: Session, partner_id: int, dataset_id: int) -> list[tuple[int, str]]:
+    """(row, output key) of a partner's first noisy answers about a dataset's rows (what its repeats
+    return, when its grant caches them)."""
+    stmt = (
+        select(Query.row_index, Query.output_key)
+        .join(Release, Release.id == Query.release_id)
+        .where(
+            Query.partner_id == partner_id,
+            Release.dataset_id == dataset_id,
+            Query.output_key.is_not(None),
+            Query.source_query_id.is_(None),
+        )
+    )
+    return [(int(i), str(k)) for i, k in session.execute(stmt)]

@@ -11,13 +11,14 @@ queries table (committed before evaluation) and in the access log.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from curator_service.models import Query, Release, utcnow
+from curator_service.models import Query, QueryCorrection, Release, utcnow
 from shared.servicekit.hashchain import ChainLink, Verification, link_hash, verify_links
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
     "MOVE_HEAD",
     "append_to_chain",
     "complete_and_link",
+    "correction_payload",
+    "link_corrections",
     "link_inserted",
     "link_params",
     "link_values",
@@ -50,6 +53,40 @@ def query_payload(query: Any, seq: int) -> dict[str, Any]:
         "created_at": query.created_at,
         "completed_at": query.completed_at,
     }
+
+
+def correction_payload(correction: Any, seq: int) -> dict[str, Any]:
+    """Every field a correction's link covers (a ``QueryCorrection`` or a row with its attribute names):
+    both values, so the log keeps what was answered before and what replaced it."""
+    return {
+        "seq": int(seq),
+        "entry": "correction",
+        "query_id": int(correction.query_id),
+        "release_id": int(correction.release_id),
+        "partner_id": int(correction.partner_id),
+        "kind": str(correction.kind),
+        "previous_y": float(correction.previous_y),
+        "y": float(correction.y),
+        "reason": str(correction.reason),
+        "created_at": correction.created_at,
+    }
+
+
+def link_corrections(session: Session, corrections: Sequence[QueryCorrection]) -> None:
+    """Link new corrections (not added yet) into their releases' chains, add them and move the heads.
+
+    Each release row is locked (PostgreSQL ``FOR UPDATE``, in release order) before its corrections are
+    inserted, as :func:`lock_release` explains; the links follow the head in the order given."""
+    conn = session.connection()
+    for release_id in sorted({c.release_id for c in corrections}):
+        count, prev = lock_head(conn, release_id)
+        for c in (c for c in corrections if c.release_id == release_id):
+            count += 1
+            c.chain_seq, c.prev_hash = count, prev
+            c.hash = prev = link_hash(prev, correction_payload(c, count))
+            session.add(c)
+        session.flush()
+        conn.execute(MOVE_HEAD, {"release_id": release_id, "new_count": count, "new_head": prev})
 
 
 def append_to_chain(session: Session, query_id: int) -> None:
@@ -175,7 +212,14 @@ def link_inserted(
 
 
 def verify_release_chain(session: Session, release_id: int) -> tuple[Verification, str]:
-    """Check a release's query chain; returns the verification and the stored head hash."""
+    """Check a release's query chain; returns the verification and the stored head hash.
+
+    The chain interleaves the queries' links and their corrections' links by position. A corrected query's
+    own link covered the value it was first completed with: its first correction's ``previous_y``. Each
+    correction's ``previous_y`` is checked as the value before it (the previous correction's ``y``) and the
+    last one's ``y`` as the query's current value, so neither the query row nor a correction can be edited
+    without a link failing.
+    """
     release = session.execute(
         select(Release).where(Release.id == release_id).execution_options(populate_existing=True)
     ).scalar_one()
@@ -185,14 +229,37 @@ def verify_release_chain(session: Session, release_id: int) -> tuple[Verificatio
         .order_by(Query.chain_seq.is_(None), Query.chain_seq, Query.id)
         .execution_options(populate_existing=True)
     ).all()
-    links = [
-        ChainLink(
-            seq=q.chain_seq,
-            prev_hash=q.prev_hash,
-            hash=q.hash,
-            payload=query_payload(q, q.chain_seq if q.chain_seq is not None else 0),
-        )
-        for q in rows
-    ]
+    corrections = session.scalars(
+        select(QueryCorrection)
+        .where(QueryCorrection.release_id == release_id)
+        .order_by(QueryCorrection.chain_seq, QueryCorrection.id)
+        .execution_options(populate_existing=True)
+    ).all()
+    by_query: dict[int, list[QueryCorrection]] = {}
+    for c in corrections:
+        by_query.setdefault(c.query_id, []).append(c)
+    current = {q.id: q.y for q in rows}
+    entries: list[tuple[int, ChainLink]] = []
+    for q in rows:
+        payload = query_payload(q, q.chain_seq if q.chain_seq is not None else 0)
+        chain = by_query.get(q.id)
+        if chain:
+            payload["y"] = float(chain[0].previous_y)
+        entries.append((q.chain_seq if q.chain_seq is not None else 0, _link(q, payload)))
+    for query_id, chain in by_query.items():
+        for k, c in enumerate(chain):
+            payload = correction_payload(c, c.chain_seq)
+            if k > 0:
+                payload["previous_y"] = float(chain[k - 1].y)
+            if k == len(chain) - 1:
+                value = current.get(query_id)
+                payload["y"] = None if value is None else float(value)
+            entries.append((c.chain_seq, _link(c, payload)))
+    # unlinked complete queries (seq None, sorted first by 0) stay where verify_links reports them
+    links = [link for _, link in sorted(entries, key=lambda e: (e[0] == 0, e[0]))]
     result = verify_links(links, expected_count=int(release.chain_count), expected_head=release.chain_head)
     return result, release.chain_head
+
+
+def _link(row: Query | QueryCorrection, payload: dict[str, Any]) -> ChainLink:
+    return ChainLink(seq=row.chain_seq, prev_hash=row.prev_hash, hash=row.hash, payload=payload)

@@ -55,10 +55,11 @@ def set_sigma_min(session: Session, dataset_id: int, sigma_min: float) -> None:
 
 def all_array_paths(session: Session) -> set[str]:
     paths: set[str] = set()
-    for feat, out in session.execute(select(Dataset.features_path, Dataset.outcomes_path)):
+    for feat, out, ids in session.execute(
+        select(Dataset.features_path, Dataset.outcomes_path, Dataset.ids_path)
+    ):
         paths.add(feat)
-        if out:
-            paths.add(out)
+        paths.update(p for p in (out, ids) if p)
     paths.update(session.scalars(select(Release.z_path)))
     return paths
 

@@ -3,7 +3,18 @@
 
 from __future__ import annotations
 
-from curator_service.models import AccessLog, Dataset, LedgerEntry, Partner, Population, Query, Release
+from collections.abc import Sequence
+
+from curator_service.models import (
+    AccessLog,
+    Dataset,
+    LedgerEntry,
+    Partner,
+    Population,
+    Query,
+    QueryCorrection,
+    Release,
+)
 from curator_service.services.answers import AnsweredQuery
 from curator_service.services.outputs import public_of
 from curator_service.services.scaling import scaling_public
@@ -13,6 +24,7 @@ from shared.protocol.schemas import (
     LedgerEntryPublic,
     PartnerPublic,
     PopulationPublic,
+    QueryCorrectionPublic,
     QueryPublic,
     ReferenceColumn,
     ReleaseDetail,
@@ -22,6 +34,7 @@ from shared.protocol.schemas import (
 
 __all__ = [
     "access_entry",
+    "correction_public",
     "dataset_public",
     "ledger_entry_public",
     "partner_public",
@@ -55,6 +68,7 @@ def dataset_public(ds: Dataset, population: Population, spent: tuple[float, floa
         rows_per_person=ds.rows_per_person,
         reference_factor=ds.reference_factor,
         acknowledged_distinct_people=ds.acknowledged_distinct_people,
+        id_column=ds.id_column,
         created_at=ds.created_at,
     )
 
@@ -133,8 +147,27 @@ def partner_public(p: Partner, grants: tuple[list[int], list[int]]) -> PartnerPu
     )
 
 
-def query_public(q: Query | AnsweredQuery, *, admin: bool = False) -> QueryPublic:
-    """A query as its partner sees it, or, with ``admin``, as the curator does (``cached`` set)."""
+def correction_public(c: QueryCorrection, *, admin: bool = False) -> QueryCorrectionPublic:
+    """A correction as the admin sees it (with its reason), or as the query's partner does."""
+    return QueryCorrectionPublic(
+        id=c.id,
+        query_id=c.query_id,
+        release_id=c.release_id,
+        kind=c.kind,  # type: ignore[arg-type]
+        previous_y=c.previous_y,
+        y=c.y,
+        charged_epsilon=c.charged_epsilon,
+        created_at=c.created_at,
+        chain_seq=c.chain_seq,
+        reason=c.reason if admin else None,
+    )
+
+
+def query_public(
+    q: Query | AnsweredQuery, *, admin: bool = False, corrections: Sequence[QueryCorrection] = ()
+) -> QueryPublic:
+    """A query as its partner sees it, or, with ``admin``, as the curator does (``cached`` and
+    ``delivered_at`` set). ``corrections``: the ones the viewer may see (a partner: its supersessions)."""
     return QueryPublic(
         id=q.id,
         release_id=q.release_id,
@@ -147,6 +180,8 @@ def query_public(q: Query | AnsweredQuery, *, admin: bool = False) -> QueryPubli
         completed_at=q.completed_at,
         charged_epsilon=q.charged_epsilon,
         cached=(q.source_query_id is not None) if admin else None,
+        corrections=[correction_public(c, admin=admin) for c in corrections],
+        delivered_at=getattr(q, "delivered_at", None) if admin else None,
     )
 
 

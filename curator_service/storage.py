@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -179,14 +179,15 @@ class ArrayStore:
     def stream_writer(self, relpath: str, ncols: int | None) -> NpyStreamWriter:
         return NpyStreamWriter(self.abspath(relpath), ncols)
 
-    def save(self, relpath: str, array: npt.NDArray[np.float64]) -> str:
-        """Atomically write ``array`` as .npy; returns the file's sha256."""
+    def save(self, relpath: str, array: npt.NDArray[Any], *, dtype: str | None = "<f8") -> str:
+        """Atomically write ``array`` as .npy (as float64, or in its own dtype with ``dtype=None``: the
+        sample ids' fixed-width bytes); returns the file's sha256."""
         final = self.abspath(relpath)
         tmp = final.with_name(final.name + _TMP_MARK + uuid.uuid4().hex)
         try:
             with _open_private(tmp) as fh:
                 writer = _HashingWriter(fh)
-                np.save(writer, np.ascontiguousarray(array, dtype="<f8"), allow_pickle=False)
+                np.save(writer, np.ascontiguousarray(array, dtype=dtype), allow_pickle=False)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)

@@ -17,6 +17,11 @@ The payload is versioned by ``hash_version``:
 * 1: entries written before rounds existed, one GP-UCB row per iteration. Their numbers now live in
   ``details``, and the payload is rebuilt in the old layout (iteration = seq; source, acquisition, beta,
   mean, std and the hyper-parameters as canonical JSON text), so chains written then still verify.
+
+A study's supersessions (values the curator superseded after the study had been sent them,
+``modeler_service.supersessions``) are a second chain of the same construction, numbered 1, 2, ... on their
+own, with its length and head stored on the study (``supersessions_done``, ``supersessions_head``); the
+payload of a supersession is ``supersession_payload``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from modeler_service.models import AuditEntry
+from modeler_service.models import AuditEntry, AuditSupersession
 from shared.servicekit.hashchain import (
     ChainLink,
     Verification,
@@ -87,4 +92,34 @@ def verify_chain(
     """Walk the entries in ``seq`` order and report the first position that does not check out
     (``shared.servicekit.hashchain.verify_links``: renumbered, deleted, reordered, edited or truncated)."""
     links = [ChainLink(e.seq, e.prev_hash, e.hash, entry_payload(e)) for e in entries]
+    return verify_links(links, expected_count=expected_count, expected_head=expected_head)
+
+
+def supersession_payload(record: AuditSupersession) -> dict[str, Any]:
+    """Every field a supersession's hash covers (all but ``id``, ``prev_hash`` and ``hash``)."""
+    return {
+        "v": 1,
+        "study_id": record.study_id,
+        "seq": int(record.seq),
+        "at": canonical_time(record.at),
+        "correction_id": int(record.correction_id),
+        "curator_query_id": int(record.curator_query_id),
+        "audit_seq": int(record.audit_seq),
+        "previous_y": float(record.previous_y),
+        "y": float(record.y),
+        "curator_at": canonical_time(record.curator_at),
+    }
+
+
+def supersession_hash(prev_hash: str, record: AuditSupersession) -> str:
+    """``sha256(prev_hash + canonical_json(supersession_payload))`` as hex."""
+    return link_hash(prev_hash, supersession_payload(record))
+
+
+def verify_supersessions(
+    records: list[AuditSupersession], *, expected_count: int, expected_head: str
+) -> Verification:
+    """The supersession chain walked as ``verify_chain`` walks the entries' (against the study's stored
+    length and head)."""
+    links = [ChainLink(r.seq, r.prev_hash, r.hash, supersession_payload(r)) for r in records]
     return verify_links(links, expected_count=expected_count, expected_head=expected_head)

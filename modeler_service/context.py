@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from cryptography.fernet import Fernet, InvalidToken
 
 from modeler_service.config import Settings
@@ -46,8 +48,13 @@ class StudyState:
     strategy: Strategy[Any, Any] | None = None
     n_rounds: int = -1  # rounds the cached strategy has observed
     n_queries: int = -1  # queries (audit entries) in those rounds; -1 with n_rounds -1
+    #: the study's ``supersessions_done`` when the cached strategy was built (it observed those values)
+    n_supersessions: int = 0
     facts: StudyFacts | None = None
     client: CuratorClient | None = None
+    #: What the curator will no longer answer under the study's grant (its kind's ``exclusions``), learnt
+    #: at a refusal and set on every strategy rebuilt from here on; None: nothing known.
+    excluded: npt.NDArray[np.bool_] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 

@@ -25,6 +25,7 @@ from modeler_service.console import build_console
 from modeler_service.context import ClientFactory, Context, default_client_factory
 from modeler_service.db import Database, transaction
 from modeler_service.federations.closer import RoundCloser
+from modeler_service.federations.instances import InstanceTracker
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.bo.factor import set_default_spill_directory
@@ -186,6 +187,7 @@ def create_app(
     app.state.write_gate = gate
     app.state.components = Components(ctx=ctx, stepper=stepper, runners=runners, token=token)
     app.state.federation_closer = closer
+    app.state.agent_instances = InstanceTracker()  # two processes on one agent token (federations.instances)
     install_error_handlers(
         app,
         logger=log,

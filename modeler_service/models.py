@@ -4,7 +4,7 @@ Every table is prefixed ``modeler_`` because the modeler and the curator may sha
 (each service has its own alembic version table). The released Z is not in the database: it is a .npy file
 in the data dir; the study row records its relative path and sha256.
 
-Two tables:
+Three tables:
 
 * ``modeler_studies``: one optimisation over one curator release, or (a ``gradient-oracle`` strategy such
   as DP-GIBO) over one curator gradient oracle: then the release columns are null, ``gradient_oracle``
@@ -16,6 +16,10 @@ Two tables:
 * ``modeler_audit_entries``: append-only, one row per curator request, keyed by (round, request),
   hash-chained (``modeler_service.audit``). The strategy is rebuilt from these rows: the audit log *is* the
   state.
+* ``modeler_audit_supersessions``: append-only, one row per value the curator superseded after the study
+  had been sent it (a lab's re-measurement, ``modeler_service.supersessions``), hash-chained per study in a
+  chain of its own beside the entries' (whose ``seq`` is the query number and stays so). A strategy rebuilt
+  from the audit log observes an entry's latest value.
 """
 
 from __future__ import annotations
@@ -96,6 +100,17 @@ class Study(Base):
     audit_head: Mapped[str] = mapped_column(String(64), default=GENESIS_HASH)
     best_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_y: Mapped[float | None] = mapped_column(Double, nullable=True)
+    #: whether the grant answers outcomes through output privacy (noisy answers; migration 0008); null:
+    #: unknown (a study created before it) or not a release study
+    outputs_private: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    #: whether a round of the study ever waited for a measurement (a ``manual`` dataset): the runner then
+    #: records the curator's supersessions after its rounds (migration 0008)
+    awaits_measurements: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: the supersession chain's length and head (``AuditSupersession``; migration 0008)
+    supersessions_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    supersessions_head: Mapped[str] = mapped_column(
+        String(64), default=GENESIS_HASH, server_default=GENESIS_HASH
+    )
 
     #: write-ahead intent of the round in flight: ``{"round": k, "requests": [{"request", "kind", "index",
     #: "details", "key", "query_id"}, ...]}``, written before the first request is sent and cleared in the
@@ -128,6 +143,35 @@ class AuditEntry(Base):
     details: Mapped[Any] = mapped_column(JSON)  # the strategy's numbers (JSON object)
     curator_query_id: Mapped[int] = mapped_column(Integer)  # row: the query id; gradient: the step number
     hash_version: Mapped[int] = mapped_column(Integer, default=2, server_default="2")
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditSupersession(Base):
+    """A value of an audit entry that the curator superseded after the study had been sent it (the lab
+    re-measured the sample): both values, the curator's correction id, and the entry it supersedes.
+
+    Append-only and hash-chained per study (``modeler_service.audit.supersession_hash``), apart from the
+    entries' chain so that an entry's ``seq`` stays its query number. ``curator_at``: when the curator
+    recorded the change; ``at``: when the modeler recorded it.
+    """
+
+    __tablename__ = "modeler_audit_supersessions"
+    __table_args__ = (
+        UniqueConstraint("study_id", "seq"),
+        UniqueConstraint("study_id", "correction_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("modeler_studies.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)  # 1, 2, ... within the study
+    at: Mapped[datetime] = mapped_column()
+    correction_id: Mapped[int] = mapped_column(Integer)  # the curator's id of the change
+    curator_query_id: Mapped[int] = mapped_column(Integer)
+    audit_seq: Mapped[int] = mapped_column(Integer)  # the seq of the audit entry whose value it supersedes
+    previous_y: Mapped[float] = mapped_column(Double)
+    y: Mapped[float] = mapped_column(Double)
+    curator_at: Mapped[datetime] = mapped_column()
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from modeler_service.models import AuditEntry, Study, utcnow
+from modeler_service.models import AuditEntry, AuditSupersession, Study, utcnow
 
 #: Statuses in which a runner (thread) owns the study.
 #: A runner owns the study (a second run is a 409; a restart makes it ``ready`` again).
@@ -129,36 +129,57 @@ def stale_study_ids(session: Session) -> list[str]:
 
 def set_pending_round(session: Session, study_id: str, pending: dict[str, Any], *, awaiting: bool) -> None:
     """The round in flight with its curator query ids (and ``awaiting_measurement`` if one is pending)."""
-    session.execute(
-        update(Study)
-        .where(Study.id == study_id)
-        .values(pending_round=pending, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
+    values: dict[str, Any] = {"pending_round": pending, "updated_at": utcnow()}
+    if awaiting:  # from now on the runner picks up the curator's supersessions after the study's rounds
+        values["awaits_measurements"] = True
+    stmt = update(Study).where(Study.id == study_id).values(**values)
+    session.execute(stmt.execution_options(synchronize_session=False))
     if awaiting:
         set_status(session, study_id, "awaiting_measurement", only_if=("running",))
+
+
+def drop_pending_round(session: Session, study_id: str, round_no: int) -> bool:
+    """Forget the round in flight ``round_no`` (none of its requests was answered: the curator refused the
+    first for good, charging nothing), so that the next round is planned again; False if it moved."""
+    result = session.execute(
+        update(Study)
+        .where(Study.id == study_id, Study.rounds_done == round_no - 1, Study.pending_round.is_not(None))
+        .values(pending_round=None, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
 
 
 # ------------------------------------------------------------------------------------------------- audit
 
 
 def audit_rounds(
-    session: Session, study_id: str, *, after_round: int = 0
+    session: Session, study_id: str, *, after_round: int = 0, superseded: bool = False
 ) -> list[list[tuple[str, int | None, float | None, dict[str, Any] | None]]]:
     """Every recorded round (with ``round > after_round``), in order: each audit entry's kind, row index,
-    y and details (what the entry's request kind rebuilds the strategy's observation from)."""
+    y and details (what the entry's request kind rebuilds the strategy's observation from).
+
+    ``superseded`` (the study has supersessions): an entry's y is its latest value (``latest_values``)."""
     rows = session.execute(
-        select(AuditEntry.round, AuditEntry.kind, AuditEntry.row_index, AuditEntry.y, AuditEntry.details)
+        select(
+            AuditEntry.round,
+            AuditEntry.seq,
+            AuditEntry.kind,
+            AuditEntry.row_index,
+            AuditEntry.y,
+            AuditEntry.details,
+        )
         .where(AuditEntry.study_id == study_id, AuditEntry.round > after_round)
         .order_by(AuditEntry.seq)
     )
+    latest = latest_values(session, study_id) if superseded else {}
     out: list[list[tuple[str, int | None, float | None, dict[str, Any] | None]]] = []
     current = None
-    for round_no, kind, index, y, details in rows:
+    for round_no, seq, kind, index, y, details in rows:
         if round_no != current:
             out.append([])
             current = round_no
-        out[-1].append((kind, index, y, details))
+        out[-1].append((kind, index, latest.get(seq, y), details))
     return out
 
 
@@ -180,3 +201,60 @@ def audit_entries(session: Session, study_id: str) -> list[AuditEntry]:
 
 def count_audit_entries(session: Session, study_id: str) -> int:
     return int(session.scalar(select(func.count()).where(AuditEntry.study_id == study_id)) or 0)
+
+
+# ---------------------------------------------------------------------------------------- supersessions
+
+
+def supersessions(session: Session, study_id: str) -> list[AuditSupersession]:
+    """The study's supersessions in chain order."""
+    return list(
+        session.scalars(
+            select(AuditSupersession)
+            .where(AuditSupersession.study_id == study_id)
+            .order_by(AuditSupersession.seq)
+        )
+    )
+
+
+def latest_values(session: Session, study_id: str) -> dict[int, float]:
+    """Per superseded audit entry (its ``seq``): its latest value (the last supersession's y)."""
+    rows = session.execute(
+        select(AuditSupersession.audit_seq, AuditSupersession.y)
+        .where(AuditSupersession.study_id == study_id)
+        .order_by(AuditSupersession.seq)
+    )
+    return {int(seq): float(y) for seq, y in rows}
+
+
+def answered_values(session: Session, study_id: str) -> dict[int, tuple[int, float | None]]:
+    """Per curator query id of the study's audit entries: the entry's ``seq`` and the y it records."""
+    rows = session.execute(
+        select(AuditEntry.curator_query_id, AuditEntry.seq, AuditEntry.y).where(
+            AuditEntry.study_id == study_id, AuditEntry.row_index.is_not(None)
+        )
+    )
+    return {int(qid): (int(seq), None if y is None else float(y)) for qid, seq, y in rows}
+
+
+def entries_at(session: Session, study_id: str, seqs: Iterable[int]) -> dict[int, AuditEntry]:
+    """The study's audit entries of the given ``seq`` numbers, by seq."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return {}
+    found = session.scalars(
+        select(AuditEntry).where(AuditEntry.study_id == study_id, AuditEntry.seq.in_(wanted))
+    )
+    return {e.seq: e for e in found}
+
+
+def add_supersessions(session: Session, study_id: str, records: list[AuditSupersession], head: str) -> None:
+    """Append ``records`` to the study's supersession chain and store its new length and head."""
+    session.add_all(records)
+    session.flush()
+    session.execute(
+        update(Study)
+        .where(Study.id == study_id)
+        .values(supersessions_done=Study.supersessions_done + len(records), supersessions_head=head)
+        .execution_options(synchronize_session=False)
+    )

@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
-from modeler_service.audit import verify_chain
+from modeler_service.audit import verify_chain, verify_supersessions
 from modeler_service.kinds import kind_of
 from modeler_service.models import AuditEntry
 from modeler_service.rounds import v1_numbers
@@ -25,6 +25,7 @@ from modeler_service.schemas import (
     AuditVerification,
 )
 from modeler_service.service import get_study
+from modeler_service.supersessions import supersessions_public
 
 #: Rendered plots kept per process, keyed by what they show (``_plot_key``); the oldest is dropped first.
 PLOT_CACHE_SIZE = 64
@@ -60,9 +61,11 @@ def _entry_public(e: AuditEntry) -> AuditEntryPublic:
 
 
 def audit_log(session: Session, study_id: str) -> AuditLog:
+    """The entries (each with the value it was sent) and the supersessions of their values."""
     get_study(session, study_id)
     entries = [_entry_public(e) for e in repo.audit_entries(session, study_id)]
-    return AuditLog(entries=entries, count=len(entries))
+    superseded = supersessions_public(session, study_id)
+    return AuditLog(entries=entries, count=len(entries), supersessions=superseded)
 
 
 AUDIT_CSV_COLUMNS = [
@@ -82,7 +85,9 @@ AUDIT_CSV_COLUMNS = [
 
 
 def audit_csv(session: Session, study_id: str) -> str:
-    """The audit log as CSV: floats in full precision, ``details`` as JSON with sorted keys (one column)."""
+    """The audit log's entries as CSV: floats in full precision, ``details`` as JSON with sorted keys (one
+    column). One row per entry with the value it was sent; the supersessions of those values are in the
+    JSON form (``supersessions``), so the columns keep one meaning."""
     get_study(session, study_id)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -108,13 +113,25 @@ def audit_csv(session: Session, study_id: str) -> str:
 
 
 def verify_audit(session: Session, study_id: str) -> AuditVerification:
+    """Both chains of the study's audit log, each against its stored length and head."""
     study = get_study(session, study_id)
     result = verify_chain(
         repo.audit_entries(session, study_id),
         expected_count=study.iterations_done,
         expected_head=study.audit_head,
     )
-    return AuditVerification(ok=result.ok, entries=result.entries, first_bad_seq=result.first_bad_seq)
+    superseded = verify_supersessions(
+        repo.supersessions(session, study_id),
+        expected_count=study.supersessions_done,
+        expected_head=study.supersessions_head,
+    )
+    return AuditVerification(
+        ok=result.ok and superseded.ok,
+        entries=result.entries,
+        first_bad_seq=result.first_bad_seq,
+        supersessions=superseded.entries,
+        first_bad_supersession_seq=superseded.first_bad_seq,
+    )
 
 
 def plot_png(session: Session, study_id: str) -> bytes:

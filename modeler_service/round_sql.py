@@ -58,6 +58,7 @@ _PLANNED_WHERE = (
     & (_STUDIES.c.rounds_done == bindparam("b_rounds_done"))
     & (_STUDIES.c.iterations_done == bindparam("b_done"))
     & (_STUDIES.c.iterations_total == bindparam("b_total"))
+    & (_STUDIES.c.supersessions_done == bindparam("b_superseded"))
 )
 _PLANNED_VALUES: dict[str, Any] = {"pending_round": bindparam("b_intent"), "updated_at": bindparam("b_now")}
 WRITE_PLANNED = update(_STUDIES).where(_PLANNED_WHERE).values(**_PLANNED_VALUES).returning(*_STUDIES.c)
@@ -113,20 +114,23 @@ class RoundWriter:
         rounds_done: int,
         iterations_done: int,
         iterations_total: int,
+        supersessions_done: int,
         claim_from: Sequence[str] | None = None,
         run_target: int | None = None,
     ) -> Study | None:
         """Write the intent of a round planned without reading the study, iff the study is what the plan
         assumed: no round in flight, ``rounds_done`` rounds and ``iterations_done`` of ``iterations_total``
-        queries recorded (and, with ``claim_from``, a status among those, which becomes ``running`` with
-        ``run_target``). One conditional ``UPDATE ... RETURNING``: the study as written, as a detached
-        ``Study`` nobody tracks, or None when it is not what the plan assumed (nothing written; the caller
-        plans from a read)."""
+        queries recorded, ``supersessions_done`` of its values superseded (a later one changes what the
+        strategy observes: ``modeler_service.supersessions``) (and, with ``claim_from``, a status among
+        those, which becomes ``running`` with ``run_target``). One conditional ``UPDATE ... RETURNING``:
+        the study as written, as a detached ``Study`` nobody tracks, or None when it is not what the plan
+        assumed (nothing written; the caller plans from a read)."""
         params: dict[str, Any] = {
             "b_id": study_id,
             "b_rounds_done": rounds_done,
             "b_done": iterations_done,
             "b_total": iterations_total,
+            "b_superseded": supersessions_done,
             "b_intent": intent,
             "b_now": utcnow(),
         }

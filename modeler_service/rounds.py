@@ -129,19 +129,23 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy[Any, 
     """The study's strategy after its recorded rounds (cached; caught up or rebuilt from the DB on a miss).
 
     A cached strategy that is behind (another worker process recorded the last rounds) catches up by
-    observing just the missing rounds instead of a rebuild.
+    observing just the missing rounds instead of a rebuild. One built before the study's last supersession
+    (``supersessions_done`` moved) is rebuilt: each entry observed with its latest value.
     """
     state = ctx.state(study)
+    superseded = study.supersessions_done
     with state.lock:
+        if state.n_supersessions != superseded:  # values changed since it observed them: rebuild
+            state.strategy, state.n_rounds, state.n_queries = None, -1, -1
         if state.strategy is not None and 0 <= state.n_rounds < study.rounds_done:
-            missing = recorded_rounds(session, study.id, after_round=state.n_rounds)
+            missing = recorded_rounds(session, study.id, after_round=state.n_rounds, superseded=superseded)
             if len(missing) == study.rounds_done - state.n_rounds:
                 for answers in missing:
                     state.strategy.observe(answers)
                 state.n_rounds, state.n_queries = study.rounds_done, study.iterations_done
                 return state.strategy
         if state.strategy is None or state.n_rounds != study.rounds_done:
-            rounds = recorded_rounds(session, study.id)
+            rounds = recorded_rounds(session, study.id, superseded=superseded)
             recorded = sum(len(r) for r in rounds)
             if len(rounds) != study.rounds_done or recorded != study.iterations_done:
                 raise StorageError(
@@ -149,8 +153,22 @@ def strategy_for(session: Session, ctx: Context, study: Study) -> Strategy[Any, 
                     f"queries but its audit log has {len(rounds)} rounds and {recorded} entries"
                 )
             state.strategy = new_strategy(study, state.inputs, rounds)
+            state.strategy.exclude_rows(state.excluded)
             state.n_rounds, state.n_queries = len(rounds), recorded
+            state.n_supersessions = superseded
         return state.strategy
+
+
+def posterior_mean_at_best(session: Session, ctx: Context, study: Study) -> float | None:
+    """The strategy's posterior mean at the study's best row, for a study whose answers are noisy (output
+    privacy); None otherwise, or when the strategy keeps no model. Uses the cached strategy as it stands
+    (the newest model), else rebuilds it from the audit log (and caches it)."""
+    if not study.outputs_private or study.best_index is None:
+        return None
+    state = ctx.state(study)
+    with state.lock:
+        strategy = state.strategy if state.strategy is not None else strategy_for(session, ctx, study)
+        return strategy.posterior_mean(study.best_index)
 
 
 def plan_round(session: Session, ctx: Context, study: Study, *, budget: int) -> RoundIntent:
@@ -168,11 +186,12 @@ class CachedPlan:
     ``round - 1`` rounds and ``iterations_done`` of ``iterations_total`` queries, with no round in flight.
     If the study is exactly that (checked under its write lock by ``round_sql.RoundWriter``),
     ``plan_round`` in that transaction would plan the very same round (same observed rounds, same round
-    number and seed, same budget)."""
+    number and seed, same budget, the same supersessions observed)."""
 
     intent: RoundIntent
     iterations_done: int
     iterations_total: int
+    supersessions_done: int = 0
 
 
 def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) -> CachedPlan | None:
@@ -193,7 +212,9 @@ def plan_cached(ctx: Context, study_id: str, budget: Callable[[int, int], int]) 
             return None
         allowed = budget(facts.iterations_total, done)
         planned = strategy.plan(budget=allowed, rng=round_rng(facts.seed, rounds_done + 1))
-    return CachedPlan(_intent(facts, rounds_done + 1, planned, allowed), done, facts.iterations_total)
+        superseded = state.n_supersessions
+    intent = _intent(facts, rounds_done + 1, planned, allowed)
+    return CachedPlan(intent, done, facts.iterations_total, superseded)
 
 
 def _intent(facts: StudyFacts, round_no: int, planned: Sequence[Any], budget: int) -> RoundIntent:
@@ -235,7 +256,11 @@ def cached_outcome(
     if state is None:
         return None
     with state.lock:
-        if state.strategy is None or state.n_rounds != study.rounds_done:
+        if (
+            state.strategy is None
+            or state.n_rounds != study.rounds_done
+            or state.n_supersessions != study.supersessions_done
+        ):
             return None
         outcome = state.strategy.outcome(answers_of(intent, answers))
     return _checked_outcome(study, intent, outcome)
@@ -277,6 +302,7 @@ def save_intent(
             rounds_done=study.rounds_done,
             iterations_done=study.iterations_done,
             iterations_total=study.iterations_total,
+            supersessions_done=study.supersessions_done,
             claim_from=claim_from,
             run_target=run_target,
         )
@@ -366,12 +392,17 @@ def answers_of(intent: RoundIntent, queries: Sequence[CuratorAnswer]) -> list[An
     return [kind_named(r.kind).answer(r, q) for r, q in zip(intent.requests, queries, strict=True)]
 
 
-def recorded_rounds(session: Session, study_id: str, *, after_round: int = 0) -> list[list[Any]]:
-    """Every recorded round (with ``round > after_round``) as the strategy observed it, in order: the
-    state the strategy is rebuilt from, each audit entry decoded by its kind."""
+def recorded_rounds(
+    session: Session, study_id: str, *, after_round: int = 0, superseded: int = 0
+) -> list[list[Any]]:
+    """Every recorded round (with ``round > after_round``) as the strategy observes it, in order: the
+    state the strategy is rebuilt from, each audit entry decoded by its kind. ``superseded``: the study's
+    ``supersessions_done``; when nonzero, a superseded entry is observed with its latest value (the
+    corrected measurement, ``modeler_service.supersessions``)."""
+    recorded = repo.audit_rounds(session, study_id, after_round=after_round, superseded=superseded > 0)
     return [
         [kind_named(kind).from_record(index, y, details or {}) for kind, index, y, details in entries]
-        for entries in repo.audit_rounds(session, study_id, after_round=after_round)
+        for entries in recorded
     ]
 
 

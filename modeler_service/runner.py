@@ -13,6 +13,7 @@ One round, in short transactions around the two slow parts (the strategy's arith
     the strategy's outcome of the round (Strategy.outcome: e.g. DP-GIBO's theta_next; no state change)
     tx: the round's audit entries + counters, intent cleared   -- one transaction
     observe (strategy, in the cache)
+    a round that waited for a measurement: record the curator's supersessions (modeler_service.supersessions)
 
 A crash anywhere is repaired by running the same round again: the intent gives the same requests and the
 same keys (and a gradient step's same body), so the curator returns the queries or steps it already made
@@ -29,10 +30,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 from modeler_service import repository as repo
-from modeler_service import round_sql, rounds, service
+from modeler_service import round_sql, rounds, service, supersessions
 from modeler_service.context import Context, NotClaimed, upstream
 from modeler_service.db import driver_transaction, transaction
 from modeler_service.exceptions import Conflict, ModelerError
@@ -42,7 +44,7 @@ from modeler_service.retry import curator_cause, delay_seconds, is_transient
 from modeler_service.round_sql import RoundWriter
 from modeler_service.rounds import CuratorAnswer, PlannedRequest, RoundIntent, is_complete, public_query
 from modeler_service.schemas import RunAccepted, StepResult, StepTimings
-from shared.errors import PoboError
+from shared.errors import PoboError, StrategyError
 from shared.protocol.client import CuratorClient, CuratorError
 
 log = logging.getLogger("pobo.modeler.runner")
@@ -81,15 +83,32 @@ class Stepper:
         client = ctx.client(study)
         what = f"study {study_id} round {intent.round}"
         queries: list[CuratorAnswer] = []
+        refused: int | None = None
+        waited = study.awaits_measurements  # a measured study: its values may be superseded later
         try:
-            for req in intent.requests:
-                queries.append(self._send(client, study, req, what))
+            for j, req in enumerate(intent.requests):
+                try:
+                    queries.append(self._send(client, study, req, what))
+                except CuratorError as exc:
+                    if not kind_named(req.kind).refused_for_good(exc):
+                        raise
+                    refused = j  # e.g. a row whose person's output allotment is used up: nothing charged
+                    break
+            if refused is not None:
+                self._exclude(client, study, intent.requests[refused], what)
         except CuratorError as exc:
             raise upstream(exc, what) from exc
+        if refused == 0:  # nothing of the round was answered: forget it, and plan it again without the row
+            with transaction(ctx.db) as session:
+                if not repo.drop_pending_round(session, study_id, intent.round):
+                    raise Conflict(f"study {study_id} is not at round {intent.round} any more")
+            return self.step(study_id, wait=wait, stop=stop, claim=False, settle_at=settle_at)
+        if refused is not None:  # the requests answered before the refusal make the round
+            intent = replace(intent, requests=intent.requests[:refused])
         if not all(is_complete(r, q) for r, q in zip(intent.requests, queries, strict=True)):
             # the round waits for a measurement: its query ids join the intent (shown in the study, and
             # the wait is resumed by id); an answered round goes straight to its record below
-            intent = intent.with_query_ids(queries)
+            intent, waited = intent.with_query_ids(queries), True
             with transaction(ctx.db) as session:
                 repo.set_pending_round(session, study_id, intent.to_json(), awaiting=True)
             if not wait:
@@ -131,6 +150,8 @@ class Stepper:
         rounds.observe_cached(ctx, study_id, intent, queries)
         plan_s += time.perf_counter() - t1
         db_s += t1 - t0
+        if waited:  # the lab may have superseded a value meanwhile: the next round observes the new one
+            supersessions.sync_quietly(ctx, study)
         return self._result(intent, study, queries, plan_s, curator_s, db_s, t_start)
 
     def _begin_round(
@@ -164,6 +185,7 @@ class Stepper:
                     rounds_done=planned.round - 1,
                     iterations_done=cached.iterations_done,
                     iterations_total=cached.iterations_total,
+                    supersessions_done=cached.supersessions_done,
                     claim_from=service.STARTABLE if claim else None,
                     run_target=cached.iterations_done + len(planned.requests) if claim else None,
                 )
@@ -172,6 +194,7 @@ class Stepper:
         proposal: RoundIntent | None = None
         with transaction(ctx.db, write=False) as session:
             study = service.get_study(session, study_id)
+            observed = study.supersessions_done  # the values the proposal is planned on
             if RoundIntent.of(study) is None and study.iterations_done < study.iterations_total:
                 t0 = time.perf_counter()
                 proposal = rounds.plan_round(session, ctx, study, budget=_budget(study, settle_at, claim))
@@ -185,7 +208,12 @@ class Stepper:
                 return study, intent, plan_s
             _check_budget_left(study)
             budget = _budget(study, settle_at, claim)
-            if proposal is None or proposal.round != study.rounds_done + 1 or len(proposal.requests) > budget:
+            if (
+                proposal is None
+                or proposal.round != study.rounds_done + 1
+                or len(proposal.requests) > budget
+                or study.supersessions_done != observed
+            ):
                 t0 = time.perf_counter()  # the study moved since it was read: plan again
                 proposal = rounds.plan_round(session, ctx, study, budget=budget)
                 plan_s += time.perf_counter() - t0
@@ -193,6 +221,31 @@ class Stepper:
             claim_from = service.STARTABLE if claim else None
             study = rounds.save_intent(session, study, proposal, claim_from=claim_from, run_target=target)
         return study, proposal, plan_s
+
+    def _exclude(self, client: CuratorClient, study: Study, refused: PlannedRequest, what: str) -> None:
+        """The curator refused ``refused`` for good: from now on the study's strategy (cached, and every one
+        rebuilt in this process) never chooses what its kind says the grant can no longer have answered."""
+        kind = kind_named(refused.kind)
+        mask = kind.exclusions(client, study, refused)
+        state = self.ctx.state(study)
+        with state.lock:
+            before = state.excluded
+            stale = before is not None and mask is not None and not (mask & ~before).any()
+            if mask is None or stale:
+                raise StrategyError(
+                    f"{what}: the curator refused request {refused.request} for good, but it was excluded "
+                    "already: the strategy chose it anyway"
+                )
+            state.excluded = mask if before is None else mask | before
+            if state.strategy is not None:
+                state.strategy.exclude_rows(state.excluded)
+        log.info(
+            "%s: the curator can no longer answer request %d under the study's grant (nothing was charged); "
+            "%d candidates are excluded from now on",
+            what,
+            refused.request,
+            int(state.excluded.sum()),
+        )
 
     @staticmethod
     def _send(client: CuratorClient, study: Study, req: PlannedRequest, what: str) -> CuratorAnswer:
@@ -283,12 +336,16 @@ class RunnerRegistry:
     def _run(self, study_id: str, stop: threading.Event) -> None:
         ctx = self.ctx
         failures = 0  # transient curator failures in a row
+        synced = False
         try:
             while not stop.is_set():
                 with transaction(ctx.db, write=False) as session:
                     study = service.get_study(session, study_id)
                 if study.status not in repo.ACTIVE_STATUSES:
                     return
+                if not synced and study.awaits_measurements:  # the run plans on the values as corrected
+                    supersessions.sync_quietly(ctx, study)
+                    synced = True
                 target = study.iterations_total if study.run_target is None else study.run_target
                 target = min(target, study.iterations_total)
                 if study.iterations_done >= target and study.pending_round is None:

@@ -25,7 +25,7 @@ from modeler_service.db import transaction
 from modeler_service.exceptions import Conflict, NotFound, Unprocessable
 from modeler_service.kinds import kind_for, kind_of
 from modeler_service.models import Study, utcnow
-from modeler_service.rounds import RoundIntent, public_query
+from modeler_service.rounds import RoundIntent, posterior_mean_at_best, public_query
 from modeler_service.schemas import (
     PendingQuery,
     PendingRound,
@@ -214,6 +214,17 @@ def to_public(study: Study) -> StudyPublic:
             **kind.public_fields(study),
         }
     )
+
+
+def study_detail(session: Session, ctx: Context, study_id: str) -> StudyPublic:
+    """``GET /v1/studies/{id}``: the study, its noisy best answer with the strategy's posterior mean beside
+    it (``rounds.posterior_mean_at_best``)."""
+    study = get_study(session, study_id)
+    public = to_public(study)
+    mean = posterior_mean_at_best(session, ctx, study)
+    if mean is None or public.best is None:
+        return public
+    return public.model_copy(update={"best": public.best.model_copy(update={"posterior_mean": mean})})
 
 
 def strategies() -> StrategiesPublic:

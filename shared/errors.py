@@ -6,6 +6,13 @@ raw data value of a dataset row.
 
 from __future__ import annotations
 
+#: The response header in which a pobo service names the kind of an error a client may act on by itself
+#: (beside the ``{"detail": ...}`` body a person reads), e.g. ``Pobo-Error-Code: row-unaffordable``.
+ERROR_CODE_HEADER = "Pobo-Error-Code"
+#: The curator refused a row because its person's output allotment under the caller's grant is used up:
+#: nothing was charged, and that row can never be answered under this grant (the modeler excludes it).
+ROW_UNAFFORDABLE = "row-unaffordable"
+
 
 class PoboError(Exception):
     """Base class of every error pobo raises on purpose."""

@@ -38,6 +38,7 @@ def build_console(settings: Settings, admin_token: str) -> Console:
         session_minutes=settings.console_session_minutes,
         secure=settings.tls_enabled,
         who="curator's admin",
+        operator="admin",
         library_errors={InputDataError: 422, PrivacyBudgetExceeded: 409},
     )
     pages.register(console)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Path, Request
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, ImmutableMultiDict
 
 from curator_service.api.deps import Components
 from curator_service.services.auth import Principal
@@ -19,6 +19,8 @@ from shared.servicekit.console import ConsoleRefusal
 from shared.servicekit.db import transaction
 
 M = TypeVar("M", bound=BaseModel)
+#: A form's fields, or a GET query's (a confirmation page carries a form's values in its URL).
+Fields = ImmutableMultiDict[str, Any]
 #: A row id in a path: the 32-bit range the databases store (as the API's ``RowId``).
 RowId = Annotated[int, Path(ge=-(2**31), le=2**31 - 1)]
 
@@ -39,7 +41,7 @@ def db_session(request: Request, *, write: bool = False) -> Iterator[Session]:
         yield session
 
 
-def text(form: FormData, name: str) -> str | None:
+def text(form: Fields, name: str) -> str | None:
     """A text field, stripped; None when absent or blank."""
     value = form.get(name)
     if not isinstance(value, str):
@@ -49,7 +51,7 @@ def text(form: FormData, name: str) -> str | None:
 
 
 def number(
-    form: FormData, name: str, label: str | None = None, *, default: float | None = None
+    form: Fields, name: str, label: str | None = None, *, default: float | None = None
 ) -> float | None:
     """A finite float field (blank: ``default``); anything else is a 422 page naming the field."""
     raw = text(form, name)
@@ -66,7 +68,7 @@ def number(
     return value
 
 
-def integer(form: FormData, name: str, label: str | None = None, *, default: int | None = None) -> int | None:
+def integer(form: Fields, name: str, label: str | None = None, *, default: int | None = None) -> int | None:
     """A whole-number field (blank: ``default``); anything else is a 422 page."""
     raw = text(form, name)
     if raw is None:

@@ -1,5 +1,6 @@
 """Datasets: the list and the CSV upload, one dataset's page (what it protects, the privacy report, its
-budget), its budget charts, and the form that makes a release of it."""
+budget), its budget charts, and the form that makes a release of it (its confirmation page and the POST
+that makes the release are ``pages_releases``')."""
 
 from __future__ import annotations
 
@@ -7,25 +8,22 @@ from typing import Annotated, Any
 
 from fastapi import Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
-from starlette.datastructures import UploadFile
 
+from curator_service.console import upload_form
 from curator_service.console.common import (
     ADMIN,
     RowId,
     components,
     db_session,
-    integer,
-    number,
-    text,
-    validated,
 )
 from curator_service.services import datasets as dataset_service
 from curator_service.services import gradients as gradient_service
 from curator_service.services import populations as population_service
 from curator_service.services import privacy as privacy_service
 from curator_service.services import releases as release_service
-from shared.protocol.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN, LedgerPublic, ReleaseCreate
-from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
+from shared.protocol.schemas import DELTA_MIN, EPSILON_MAX, EPSILON_MIN, LedgerPublic
+from shared.servicekit.console import Console, FormPost, SignedIn
+from shared.servicekit.console.auth import ConsoleSession
 from shared.servicekit.console.charts import SVG_MEDIA_TYPE, Bar, budget_chart
 
 #: The privacy report's defaults on the dataset page (the form above the report changes them).
@@ -64,55 +62,54 @@ def budget_bars(ledger: LedgerPublic) -> list[Bar]:
 def register(console: Console) -> None:
     router = console.router
 
-    @router.get("/datasets")
-    def datasets(request: Request, session: SignedIn) -> HTMLResponse:
+    def datasets_page(
+        request: Request,
+        session: ConsoleSession,
+        *,
+        entered: dict[str, Any] | None = None,
+        error: str | None = None,
+        status_code: int = 200,
+    ) -> HTMLResponse:
         with db_session(request) as s:
             data = dataset_service.views(s, dataset_service.list_datasets(s))
-        limit = components(request).settings.max_upload_bytes
-        return console.render(
-            request, "datasets.html", {"datasets": data, "max_upload_bytes": limit}, session=session
-        )
+        context = {
+            "datasets": data,
+            "max_upload_bytes": components(request).settings.max_upload_bytes,
+            "form": entered or {},
+            "error": error,
+        }
+        return console.render(request, "datasets.html", context, session=session, status_code=status_code)
+
+    @router.get("/datasets")
+    def datasets(request: Request, session: SignedIn) -> HTMLResponse:
+        return datasets_page(request, session)
 
     @router.post("/datasets")
-    def upload(request: Request, form: FormPost) -> Response:
+    def upload(request: Request, form: FormPost, session: SignedIn) -> Response:
+        """Post/redirect/get on success; a refusal shows the page again, with the values entered."""
         c = components(request)
-        file = form.get("file")
-        if not isinstance(file, UploadFile) or not file.filename:
-            raise ConsoleRefusal(422, "choose a CSV file to upload (the form field `file`)")
-        name = text(form, "name")
-        if name is None:
-            raise ConsoleRefusal(422, "name: give the dataset a name")
-        if len(name) > 200:
-            raise ConsoleRefusal(422, "name: at most 200 characters")
-        mode = text(form, "objective_mode")
-        if mode not in (None, "column", "manual"):
-            raise ConsoleRefusal(422, f'objective_mode must be "column" or "manual", got {mode!r}')
-        upload = dataset_service.DatasetUpload(
-            name=name,
-            features=text(form, "features"),
-            objective=text(form, "objective"),
-            objective_mode=mode,
-            noise_std=number(form, "noise_std", default=0.0) or 0.0,
-            scaling=text(form, "scaling") or "none",
-            epsilon_budget=number(form, "epsilon_budget"),
-            delta_budget=number(form, "delta_budget"),
-            population=text(form, "population"),
-            acknowledge_distinct_people=form.get("acknowledge_distinct_people") is not None,
-            rows_per_person=integer(form, "rows_per_person", "rows per person", default=1) or 1,
-        )
-        with db_session(request, write=True) as s:
-            dataset = dataset_service.create_dataset(
-                s,
-                c.store,
-                upload,
-                file.file,
-                size=file.size,
-                max_upload_bytes=c.settings.max_upload_bytes,
-                max_features=c.settings.max_features,
-                parse_workers=c.settings.csv_parse_workers,
-            )
-            s.flush()
-            dataset_id = dataset.id
+        try:
+            upload, file = upload_form.upload_of(form)
+            with db_session(request, write=True) as s:
+                dataset = dataset_service.create_dataset(
+                    s,
+                    c.store,
+                    upload,
+                    file.file,
+                    size=file.size,
+                    max_upload_bytes=c.settings.max_upload_bytes,
+                    max_features=c.settings.max_features,
+                    parse_workers=c.settings.csv_parse_workers,
+                )
+                s.flush()
+                dataset_id = dataset.id
+        except Exception as exc:  # a refusal: the page again, with the values entered and why
+            refused = upload_form.refusal(console, exc)
+            if refused is None:
+                raise
+            status, message = refused
+            entered = upload_form.entered(form)
+            return datasets_page(request, session, entered=entered, error=message, status_code=status)
         return RedirectResponse(f"/console/datasets/{dataset_id}", status_code=303)
 
     @router.get("/datasets/{dataset_id}")
@@ -174,25 +171,3 @@ def register(console: Console) -> None:
                 bars.append(Bar("largest row", out.largest_row_total, 0.0))
         svg = budget_chart(bars, title="output epsilon spent on outcomes (no budget: a running total)")
         return Response(svg, media_type=SVG_MEDIA_TYPE)
-
-    @router.post("/datasets/{dataset_id}/releases")
-    def make_release(request: Request, dataset_id: RowId, form: FormPost) -> Response:
-        c = components(request)
-        data: dict[str, Any] = {
-            "epsilon": number(form, "epsilon", default=None),
-            "delta": number(form, "delta", default=None),
-            "mechanism": text(form, "mechanism") or "gaussian",
-            "acknowledge_no_guarantee": form.get("acknowledge_no_guarantee") is not None,
-            "allow_large_delta": form.get("allow_large_delta") is not None,
-        }
-        r = integer(form, "r")
-        if r is not None:
-            data["r"] = r
-        lift = text(form, "lift")
-        if lift is not None:
-            data["lift"] = lift
-        body = validated(ReleaseCreate, data)
-        release = release_service.create_release(
-            c.db, c.store, dataset_id, body, max_bytes=c.settings.max_release_bytes
-        )
-        return RedirectResponse(f"/console/releases/{release.id}", status_code=303)

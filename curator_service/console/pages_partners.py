@@ -1,5 +1,6 @@
 """Partners: the list (status, quota, grants), the creation form (its answer shows the token once), revoke,
-and grants of releases and gradient oracles."""
+grants of releases and gradient oracles, and one partner's page: its tokens (a new one, revoking one, each
+irreversible step behind a confirmation page) and the change of its quota or output privacy."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from curator_service.schemas import partner_public, release_detail
 from curator_service.services import gradients as gradient_service
 from curator_service.services import partners as partner_service
 from curator_service.services import releases as release_service
-from shared.protocol.schemas import GrantCreate, PartnerCreate
+from shared.protocol.schemas import GrantCreate, PartnerCreate, PartnerUpdate
 from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
 
 
@@ -42,6 +43,13 @@ def _output_privacy(form: Any) -> dict[str, Any] | None:
     if cap is not None:
         data["max_epsilon_per_row"] = cap
     return data
+
+
+#: What a redirect to a partner's page may announce (fixed texts: nothing from the URL is shown).
+NOTICES = {
+    "changed": "Partner changed.",
+    "token-revoked": "Token revoked: it answers 401 from now on.",
+}
 
 
 def register(console: Console) -> None:
@@ -135,3 +143,72 @@ def register(console: Console) -> None:
         with db_session(request, write=True) as s:
             partner_service.grant(s, partner_id, body.release_ids, body.gradient_oracle_ids)
         return RedirectResponse("/console/partners", status_code=303)
+
+    # one partner (after the fixed paths above: /partners/grants is not a partner id)
+
+    @router.get("/partners/{partner_id}")
+    def partner_page(
+        request: Request, partner_id: RowId, session: SignedIn, notice: str | None = None
+    ) -> HTMLResponse:
+        """The partner, its tokens (ids and dates, never a token) and the form that changes it."""
+        with db_session(request) as s:
+            partner = partner_service.get_partner(s, partner_id)
+            shown = partner_public(partner, partner_service.granted(s, partner.id))
+            tokens = [
+                {"id": t.id, "created_at": t.created_at, "revoked": t.revoked_at is not None}
+                for t in partner_service.list_tokens(s, partner_id)
+            ]
+        context = {"partner": shown, "tokens": tokens, "notice": NOTICES.get(notice or "")}
+        return console.render(request, "partner.html", context, session=session)
+
+    @router.post("/partners/{partner_id}")
+    def change_partner(request: Request, partner_id: RowId, form: FormPost) -> Response:
+        """``PATCH /v1/partners/{id}``: the quota, and/or a tighter output privacy."""
+        data: dict[str, Any] = {}
+        quota = integer(form, "max_queries", "max queries")
+        if quota is not None:
+            data["max_queries"] = quota
+        output = _output_privacy(form)
+        if output is not None:
+            data["output_privacy"] = output
+        body = validated(PartnerUpdate, data)
+        changes: dict[str, Any] = {"max_queries": body.max_queries}
+        if "output_privacy" in body.model_fields_set:
+            changes["output_privacy"] = body.output_privacy
+        with db_session(request, write=True) as s:
+            partner_service.update(s, partner_id, **changes)
+        return RedirectResponse(f"/console/partners/{partner_id}?notice=changed", status_code=303)
+
+    @router.get("/partners/{partner_id}/tokens/{token_id}/revoke")
+    def confirm_token_revoke(
+        request: Request, partner_id: RowId, token_id: RowId, session: SignedIn
+    ) -> HTMLResponse:
+        """Revoking a token cannot be undone: this page asks first; its button posts the revocation."""
+        with db_session(request) as s:
+            partner = partner_service.get_partner(s, partner_id)
+            shown = partner_public(partner, partner_service.granted(s, partner.id))
+            tokens = partner_service.list_tokens(s, partner_id)
+        token = next((t for t in tokens if t.id == token_id), None)
+        if token is None:
+            raise ConsoleRefusal(404, f"partner {partner_id} has no token {token_id}")
+        live = [t.id for t in tokens if t.revoked_at is None]
+        context = {
+            "partner": shown,
+            "token": {
+                "id": token.id,
+                "created_at": token.created_at,
+                "revoked": token.revoked_at is not None,
+            },
+            "last": live == [token_id],  # revoking it leaves the partner without a working token
+        }
+        return console.render(request, "token_revoke.html", context, session=session)
+
+    @router.post("/partners/{partner_id}/tokens/{token_id}/revoke")
+    def revoke_token(request: Request, partner_id: RowId, token_id: RowId, form: FormPost) -> Response:
+        if text(form, "confirm") != "yes":  # not from the confirmation page: ask first
+            return RedirectResponse(
+                f"/console/partners/{partner_id}/tokens/{token_id}/revoke", status_code=303
+            )
+        with db_session(request, write=True) as s:
+            partner_service.revoke_token(s, partner_id, token_id)
+        return RedirectResponse(f"/console/partners/{partner_id}?notice=token-revoked", status_code=303)

@@ -1,7 +1,10 @@
-"""Queries waiting for a measured outcome (``manual`` datasets) with a form each, and the access log."""
+"""Queries waiting for a measured outcome (``manual`` datasets): each with its sample id and a form, the
+lab's CSV sheet of them, measurements in bulk from a CSV; and the access log."""
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -10,17 +13,37 @@ from fastapi import Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.datastructures import UploadFile
 
-from curator_service.console.common import RowId, db_session, number, optional_int
+from curator_service.console.common import RowId, components, db_session, integer, number, optional_int
 from curator_service.models import Dataset, Partner, Query, Release
 from curator_service.schemas import access_entry
 from curator_service.services import access_log as access_service
+from curator_service.services import lab as lab_service
 from curator_service.services import queries as query_service
-from shared.protocol.schemas import QueryResult
+from curator_service.services.bulkcsv import formula_safe, parse_measurements
+from shared.protocol.schemas import LabQueryPublic, QueryResult
 from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
+from shared.servicekit.console.auth import ConsoleSession
+from shared.servicekit.exceptions import ServiceError
 
 #: At most this many pending queries on the page (oldest first), and access-log entries per page.
 PENDING_LIMIT = 500
+#: At most this many pending queries in the lab's CSV sheet.
+EXPORT_LIMIT = 10_000
+#: The sheet's columns (``y`` left empty for the lab).
+EXPORT_COLUMNS = (
+    "query_id",
+    "release_id",
+    "dataset_id",
+    "dataset",
+    "index",
+    "sample_id",
+    "partner_id",
+    "partner",
+    "asked_at",
+    "y",
+)
 ACCESS_DEFAULT_LIMIT = 100
 ACCESS_MAX_LIMIT = 1000
 
@@ -41,16 +64,89 @@ def pending_manual_queries(session: Session) -> Sequence[tuple[Query, str, str]]
     return [(q, partner, dataset) for q, partner, dataset in session.execute(stmt).all()]
 
 
+def pending_export(rows: Sequence[LabQueryPublic]) -> str:
+    """The pending queries as a CSV sheet for the lab: one line per query with its sample id and an empty
+    ``y`` column to fill in (the sheet can be uploaded back as it is: ``POST /console/queries/results``).
+    Text cells are formula-safe (a leading ``=``, ``+``, ``-`` or ``@`` is quoted with an apostrophe)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
+    for q in rows:
+        writer.writerow(
+            [
+                q.id,
+                q.release_id,
+                q.dataset_id,
+                formula_safe(q.dataset_name),
+                q.index,
+                "" if q.sample_id is None else formula_safe(q.sample_id),
+                q.partner_id,
+                formula_safe(q.partner_name),
+                q.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "",
+            ]
+        )
+    return out.getvalue()
+
+
 def register(console: Console) -> None:
     router = console.router
 
-    @router.get("/queries")
-    def queries(request: Request, session: SignedIn) -> HTMLResponse:
+    def queries_page(
+        request: Request, session: ConsoleSession, *, error: str | None = None, status_code: int = 200
+    ) -> Response:
         with db_session(request) as s:
-            pending = pending_manual_queries(s)
-        return console.render(
-            request, "queries.html", {"pending": pending, "limit": PENDING_LIMIT}, session=session
+            pending = lab_service.lab_queries(
+                s, components(request).store, status="pending", limit=PENDING_LIMIT
+            )
+        flash = console.flash(request, session) if error is None else None
+        context = {
+            "pending": pending,
+            "limit": PENDING_LIMIT,
+            "posted": flash.get("posted") if flash else None,
+            "error": error,
+        }
+        page = console.render(request, "queries.html", context, session=session, status_code=status_code)
+        return console.forget_flash(page) if flash else page
+
+    @router.get("/queries")
+    def queries(request: Request, session: SignedIn) -> Response:
+        return queries_page(request, session)
+
+    @router.get("/queries.csv")
+    def queries_csv(request: Request, session: SignedIn) -> Response:
+        with db_session(request) as s:
+            pending = lab_service.lab_queries(
+                s, components(request).store, status="pending", limit=EXPORT_LIMIT
+            )
+        return Response(
+            pending_export(pending),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": 'attachment; filename="pending-queries.csv"'},
         )
+
+    @router.post("/queries/results")
+    def post_results(request: Request, form: FormPost, session: SignedIn) -> Response:
+        """Measurements in bulk, all or nothing; a refusal shows the page again with the line and why."""
+        file = form.get("file")
+        try:
+            if not isinstance(file, UploadFile) or not file.filename:
+                raise ConsoleRefusal(422, "choose the CSV of measurements to upload")
+            release_id = integer(form, "release_id", "release id")
+            measurements = parse_measurements(file.file.read(), release_id)
+            with db_session(request, write=True) as s:
+                lines, answered = lab_service.post_measurements(s, components(request).store, measurements)
+        except (ConsoleRefusal, ServiceError) as exc:
+            status, message = (
+                (exc.status, exc.message)
+                if isinstance(exc, ConsoleRefusal)
+                else (exc.status_code, exc.detail)
+            )
+            return queries_page(request, session, error=message, status_code=status)
+        posted = (
+            f"{len(answered)} quer{'y' if len(answered) == 1 else 'ies'} answered from {len(lines)} line(s)"
+        )
+        return console.redirect_with_flash("/console/queries", session, {"posted": posted})
 
     @router.post("/queries/{query_id}/result")
     def post_result(request: Request, query_id: RowId, form: FormPost) -> Response:

@@ -12,7 +12,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from curator_service import repository as repo
-from curator_service.csvparse import ChunkParser, CsvStream, iter_values
+from curator_service.csvparse import ChunkParser, CsvStream, Ids, iter_rows
 from curator_service.db import Database
 from curator_service.exceptions import InvalidInput, NotFound, PayloadTooLarge
 from curator_service.fingerprint import ColumnSignature, FingerprintBuilder, column_signatures
@@ -42,6 +42,8 @@ class DatasetUpload:
     acknowledge_distinct_people: bool = False
     #: At most this many rows of one person in the dataset (group privacy for releases and outputs).
     rows_per_person: int = 1
+    #: A column of sample ids (text, unique): kept by the curator, never a feature, never released.
+    id_column: str | None = None
 
 
 DEFAULT_EPSILON_BUDGET = 10.0
@@ -58,13 +60,32 @@ def _split_names(text: str) -> list[str]:
     return names
 
 
-def _resolve_columns(upload: DatasetUpload, header: list[str]) -> tuple[list[int], int | None, str]:
+@dataclass(frozen=True)
+class Columns:
+    """Where the upload's columns are in the header: features, the outcome and the ids (if any)."""
+
+    features: list[int]
+    objective: int | None
+    ids: int | None
+    mode: str
+
+
+def _resolve_columns(upload: DatasetUpload, header: list[str]) -> Columns:
     index = {name: j for j, name in enumerate(header)}
     objective = upload.objective.strip() if upload.objective else None
     if objective is not None and objective not in index:
         raise InvalidInput(
             f"objective column {objective!r} is not in the header (columns: {', '.join(header)})"
         )
+    id_name = upload.id_column.strip() if upload.id_column else None
+    if id_name is not None:
+        if id_name not in index:
+            raise InvalidInput(
+                f"id column {id_name!r} is not in the header (columns: {', '.join(header)}); name the "
+                "column that holds each row's sample id, or leave id_column out"
+            )
+        if id_name == objective:
+            raise InvalidInput(f"the id column {id_name!r} cannot also be the objective column")
     if upload.features and upload.features.strip():
         names = _split_names(upload.features)
         unknown = [name for name in names if name not in index]
@@ -78,16 +99,46 @@ def _resolve_columns(upload: DatasetUpload, header: list[str]) -> tuple[list[int
             raise InvalidInput(f"feature column(s) listed twice: {', '.join(map(repr, dups))}")
         if objective is not None and objective in names:
             raise InvalidInput(f"the objective column {objective!r} cannot also be a feature")
+        if id_name is not None and id_name in names:
+            raise InvalidInput(
+                f"the id column {id_name!r} cannot also be a feature: ids are kept by the curator and never "
+                "released; remove it from `features`"
+            )
     else:
-        names = [name for name in header if name != objective]
+        names = [name for name in header if name not in (objective, id_name)]
     if not names:
-        raise InvalidInput("no feature columns: the CSV needs at least one column besides the objective")
+        raise InvalidInput(
+            "no feature columns: the CSV needs at least one column besides the objective and the id column"
+        )
     mode = upload.objective_mode or ("column" if objective else "manual")
     if mode not in ("column", "manual"):
         raise InvalidInput(f'objective_mode must be "column" or "manual", got {mode!r}')
     if mode == "column" and objective is None:
         raise InvalidInput('objective_mode "column" needs an objective column (the form field `objective`)')
-    return [index[name] for name in names], (index[objective] if objective else None), mode
+    return Columns(
+        features=[index[name] for name in names],
+        objective=index[objective] if objective else None,
+        ids=index[id_name] if id_name is not None else None,
+        mode=mode,
+    )
+
+
+def check_unique_ids(ids: Ids, column: str) -> None:
+    """Every row's id differs from every other's; else a 422 naming the first data row that repeats an
+    earlier row's id (by position: the id itself is not echoed)."""
+    if ids.shape[0] < 2:
+        return
+    order = np.argsort(ids, kind="stable")  # equal ids stay in row order
+    ranked = ids[order]
+    same = np.flatnonzero(ranked[1:] == ranked[:-1])
+    if same.size == 0:
+        return
+    later = order[same + 1]
+    k = int(np.argmin(later))
+    raise InvalidInput(
+        f"data row {int(later[k]) + 1} repeats the id of data row {int(order[same[k]]) + 1} in the id column "
+        f"{column!r}; every row needs its own id (fix the file, or leave id_column out)"
+    )
 
 
 def _check_upload_params(upload: DatasetUpload) -> None:
@@ -140,7 +191,8 @@ def create_dataset(
         )
     stream = CsvStream(file)
     header = stream.header.names
-    feat_cols, obj_col, mode = _resolve_columns(upload, header)
+    columns = _resolve_columns(upload, header)
+    feat_cols, obj_col, mode = columns.features, columns.objective, columns.mode
     feature_names = [header[j] for j in feat_cols]
     d = len(feat_cols)
     if d > max_features:
@@ -157,7 +209,10 @@ def create_dataset(
         divisors = np.array([spec.scales.get(name, 1.0) for name in feature_names])
 
     usecols = feat_cols + ([obj_col] if obj_col is not None else [])
-    parser = ChunkParser(stream.header, usecols)
+    parser = ChunkParser(stream.header, usecols, columns.ids)
+    id_blocks: list[Ids] = []
+    ids_rel: str | None = None
+    ids_sha: str | None = None
     feat_rel = store.new_relpath("datasets", "features")
     out_rel = store.new_relpath("datasets", "outcomes") if obj_col is not None else None
     feat_writer = store.stream_writer(feat_rel, d)
@@ -165,9 +220,11 @@ def create_dataset(
     max_norm_sq = 0.0
     fingerprint = FingerprintBuilder(d)
     try:
-        for values in iter_values(stream, parser, workers=parse_workers):
+        for values, ids in iter_rows(stream, parser, workers=parse_workers):
             if values.shape[0] == 0:
                 continue
+            if ids is not None:
+                id_blocks.append(ids)
             feats = values[:, :d]
             fingerprint.add(feats)  # the raw values: the same people whatever the scaling
             if divisors is not None:
@@ -180,6 +237,13 @@ def create_dataset(
         n = feat_writer.rows
         if n < 2:
             raise InvalidInput(f"the CSV needs at least 2 data rows, got {n}")
+        if columns.ids is not None:
+            all_ids = np.concatenate(id_blocks)
+            id_blocks.clear()
+            check_unique_ids(all_ids, header[columns.ids])
+            ids_rel = store.new_relpath("datasets", "ids")
+            ids_sha = store.save(ids_rel, all_ids, dtype=None)
+            del all_ids
         factor: float | None = None
         if spec.kind == "max_norm":
             assert spec.max_norm is not None
@@ -203,11 +267,13 @@ def create_dataset(
             out_writer.abort()
         store.delete(feat_rel)
         store.delete(out_rel)
+        store.delete(ids_rel)
         raise
 
     def _remove_files() -> None:
         store.delete(feat_rel)
         store.delete(out_rel)
+        store.delete(ids_rel)
 
     on_rollback(session, _remove_files)
     prints = fingerprint.result()
@@ -259,6 +325,9 @@ def create_dataset(
         column_signatures=[c.to_json() for c in signatures],
         rows_per_person=int(upload.rows_per_person),
         acknowledged_distinct_people=bool(upload.acknowledge_distinct_people),
+        id_column=header[columns.ids] if columns.ids is not None else None,
+        ids_path=ids_rel,
+        ids_sha256=ids_sha,
     )
     repo.add(session, dataset)
     populations.attach_to_reference(session, population, dataset)  # its factors, and the relation's growth

@@ -200,6 +200,25 @@ def _label(session: Session, population: Population) -> str:
     return f"population {population.id}{named} (datasets {', '.join(map(str, ids))})"
 
 
+def planned_charge(
+    db: Database,
+    store: ArrayStore,
+    dataset_id: int,
+    body: GradientOracleCreate,
+    plugins: Mapping[str, str],
+) -> tuple[float, float, Dataset]:
+    """(epsilon the population would be charged, the noise std per coordinate, the dataset) of an oracle
+    with ``body``, refused (422) as ``create_oracle`` would refuse it; nothing is written (the console's
+    confirmation page shows it before the oracle is made)."""
+    with db.session(write=False) as session:
+        dataset = get_dataset(session, dataset_id)
+        session.expunge(dataset)
+    _check_loss(store, dataset, body, plugins)
+    rows = max(1, int(dataset.rows_per_person or 1))
+    charged = oracle_epsilon(body.mu, body.delta, body.steps, body.dimension, rows=rows)
+    return charged, noise_std(body.clip, body.steps, dataset.n, body.mu, body.dimension), dataset
+
+
 def create_oracle(
     db: Database,
     store: ArrayStore,

@@ -39,14 +39,22 @@ from sqlalchemy.orm import Session
 from curator_service import output_repository as outputs_repo
 from curator_service import querylog
 from curator_service import repository as repo
-from curator_service.exceptions import Conflict, InvalidInput
-from curator_service.models import Dataset, Partner, Query, utcnow
+from curator_service.exceptions import InvalidInput, RowUnaffordable
+from curator_service.models import Dataset, Partner, Query, Release, utcnow
 from shared.privacy.ctl import CTL
-from shared.protocol.schemas import OutputLedger, OutputPrivacy, OutputPrivacyPublic, OutputRowTotal
+from shared.protocol.schemas import (
+    OutputLedger,
+    OutputPrivacy,
+    OutputPrivacyPublic,
+    OutputRowTotal,
+    RowExclusions,
+)
 
 __all__ = [
     "OutputPolicy",
     "admit",
+    "charge",
+    "exclusions",
     "ledger",
     "policy_of",
     "record_answer",
@@ -152,7 +160,7 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
     """
     policy = policy_of(partner)
     if policy is None:
-        _charge(session, dataset, query, None)
+        charge(session, dataset, query, None)
         return
     repo.lock_population(session, dataset.population_id)
     query.output_key = policy.key(partner.id, dataset.id, query.row_index)
@@ -171,18 +179,87 @@ def admit(session: Session, partner: Partner, dataset: Dataset, query: Query) ->
     cap = policy.max_epsilon_per_row
     spent = person_bound(session, dataset, query.row_index, partner.id) if cap is not None else 0.0
     if cap is not None and spent + policy.charged_epsilon > cap * (1 + _CAP_SLACK):
-        raise Conflict(
+        raise RowUnaffordable(
             f"this grant's output allotment for the person in row {query.row_index} is used up: "
             f"max_epsilon_per_row = {cap:g}, this grant's answers have spent up to {spent:.6g} on them "
             f"(its answers about this row, and about every row of the same people in the population's other "
             f"datasets), and one more answer costs {policy.charged_epsilon:.6g}. Nothing was charged; query "
-            "another row."
+            "another row (GET /v1/releases/{id}/exclusions lists the rows this grant can no longer have)."
         )
     query.charged_epsilon = policy.charged_epsilon
-    _charge(session, dataset, query, policy.charged_epsilon)
+    charge(session, dataset, query, policy.charged_epsilon)
 
 
-def _charge(session: Session, dataset: Dataset, query: Query, epsilon: float | None) -> None:
+def exclusions(session: Session, partner: Partner, release: Release) -> RowExclusions:
+    """The rows of ``release`` that ``admit`` would refuse for ``partner`` now: those whose person's bound
+    under this grant's own answers (``person_bound`` with ``partner_id``) plus one charged answer passes the
+    grant's ``max_epsilon_per_row``. A row with a cached answer (a grant without ``fresh_repeats``) is never
+    refused: its repeats are free. Computed for every row at once: the bound of a row is its own total under
+    this grant plus a term common to the whole dataset (this grant's largest totals in the population's other
+    datasets, and k - 1 times its largest here for k rows per person)."""
+    policy = policy_of(partner)
+    n = int(release.n)
+    base = RowExclusions(
+        release_id=release.id,
+        n=n,
+        excluded=[],
+        only_allowed=None,
+        max_epsilon_per_row=None if policy is None else policy.max_epsilon_per_row,
+        charged_epsilon=None if policy is None else policy.charged_epsilon,
+        statement="",
+    )
+    if policy is None or policy.max_epsilon_per_row is None:
+        why = "answers are raw" if policy is None else "the grant sets no max_epsilon_per_row"
+        return base.model_copy(update={"statement": f"No row is excluded: {why}, so no answer is refused."})
+    dataset = repo.get_dataset(session, release.dataset_id)
+    assert dataset is not None  # a release keeps its dataset
+    limit = policy.max_epsilon_per_row * (1 + _CAP_SLACK) - policy.charged_epsilon
+    common = 0.0
+    rows_per_person = outputs_repo.rows_per_person_by_dataset(session, dataset.population_id)
+    for other_id, (largest, any_raw) in outputs_repo.dataset_output_maxima(
+        session, dataset.population_id, partner.id
+    ).items():
+        k = rows_per_person.get(other_id, 1)
+        weight = k - 1 if other_id == dataset.id else k
+        common = math.inf if any_raw else common + weight * largest
+    cached: set[int] = set()
+    if not policy.fresh_repeats:
+        cached = {
+            i
+            for i, key in outputs_repo.cached_answer_keys(session, partner.id, dataset.id)
+            if key == policy.key(partner.id, dataset.id, i)
+        }
+    rule = (
+        f"A row is excluded when this grant's answers about its person (its row here, plus this grant's "
+        f"largest totals in the population's other datasets) leave less than one answer's "
+        f"{policy.charged_epsilon:.6g} below max_epsilon_per_row = {policy.max_epsilon_per_row:g}"
+        + ("" if policy.fresh_repeats else "; a row already answered is repeated from its cache, free")
+        + "."
+    )
+    if common > limit:  # no row without a cached answer fits: only the cached ones are left
+        allowed = sorted(i for i in cached if 0 <= i < n)
+        return base.model_copy(
+            update={
+                "only_allowed": allowed,
+                "statement": f"{rule} No new person can afford an answer: only the {len(allowed)} row(s) "
+                "with a cached answer can still be asked about.",
+            }
+        )
+    excluded = sorted(
+        i
+        for i, total, raw in outputs_repo.partner_row_totals(session, dataset.id, partner.id)
+        if i not in cached and 0 <= i < n and (raw or total + common > limit)
+    )
+    return base.model_copy(
+        update={"excluded": excluded, "statement": f"{rule} {len(excluded)} row(s) are excluded."}
+    )
+
+
+def charge(
+    session: Session, dataset: Dataset, query: Query, epsilon: float | None, *, answer_no: int = 0
+) -> None:
+    """Charge an answer about ``query``'s row to its person: ``epsilon`` (None: raw, unbounded);
+    ``answer_no`` 0 for the query's answer, k for its k-th supersession (``services.corrections``)."""
     session.flush()  # the query (and its admission fields) before the charge that names it
     outputs_repo.add_output_charge(
         session,
@@ -192,6 +269,7 @@ def _charge(session: Session, dataset: Dataset, query: Query, epsilon: float | N
         query_id=query.id,
         partner_id=query.partner_id,
         epsilon=epsilon,
+        answer_no=answer_no,
     )
 
 

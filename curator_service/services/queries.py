@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
@@ -19,10 +20,11 @@ from sqlalchemy.orm import Session
 
 from curator_service import answer_repository as arepo
 from curator_service import faults, querylog
+from curator_service import lab_repository as lab_repo
 from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, InvalidInput, NotFound, QuotaExceeded
-from curator_service.models import Dataset, Query
+from curator_service.models import Dataset, Query, QueryCorrection
 from curator_service.services import answers, outputs
 from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import Principal
@@ -31,6 +33,29 @@ from curator_service.storage import ArrayStore
 from shared.servicekit.hashchain import GENESIS_HASH, Verification
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueryView:
+    """A query and the corrections of it that the viewer may see (a partner: its supersessions)."""
+
+    query: Query
+    corrections: list[QueryCorrection] = field(default_factory=list)
+
+
+def _visible_kinds(principal: Principal) -> tuple[str, ...] | None:
+    return None if principal.is_admin else lab_repo.PARTNER_KINDS
+
+
+def _delivered(session: Session, query: Query) -> Query:
+    """Record that the query's partner is being sent it complete (the first time counts); the query as
+    committed next. See ``services.corrections`` for what delivery decides."""
+    if query.status != "complete" or query.delivered_at is not None:
+        return query
+    lab_repo.mark_delivered(session, partner_id=query.partner_id, query_id=query.id)
+    fresh = repo.refresh_query(session, query.id)
+    assert fresh is not None
+    return fresh
 
 
 def _column_outcome(store: ArrayStore, dataset: Dataset, index: int) -> float:
@@ -108,7 +133,7 @@ def create_query(
     if idempotency_key is not None:
         existing = repo.get_query_by_key(session, partner_id, idempotency_key)
         if existing is not None:
-            return _replay(session, store, existing, release_id, index), True
+            return _delivered(session, _replay(session, store, existing, release_id, index)), True
     if index >= release.n:
         raise InvalidInput(
             f"index {index} is out of range: release {release_id} has n = {release.n} rows "
@@ -160,11 +185,12 @@ def create_query(
         existing = repo.get_query_by_key(session, partner_id, idempotency_key)
         if existing is None:
             raise
-        return _replay(session, store, existing, release_id, index), True
+        return _delivered(session, _replay(session, store, existing, release_id, index)), True
     if not answer_now or query.source_query_id is not None:
         # manual, or a cached repeat (answered by ``admit`` already, or waiting for its first answer)
         faults.pause_point("query.after_commit")  # crash tests: the query is on record, not yet answered
-        return _settle(session, store, query), False
+        settled = _settle(session, store, query)
+        return (_delivered(session, settled) if not answer_now else settled), False
     outputs.record_answer(session, query, dataset, _column_outcome(store, dataset, index), inserted=True)
     if access_entry is not None:
         access_entry.add(session, principal, 201)
@@ -230,14 +256,44 @@ def _replay(session: Session, store: ArrayStore, existing: Query, release_id: in
     return _settle(session, store, existing)
 
 
-def read_query(db: Database, store: ArrayStore, principal: Principal, query_id: int) -> Query:
-    """A query as its partner or the admin may see it (a fresh short read, for long-polling)."""
+def read_query(db: Database, store: ArrayStore, principal: Principal, query_id: int) -> QueryView:
+    """A query as its partner or the admin may see it (a fresh short read, for long-polling). A partner's
+    first read of it complete must go through :func:`deliver` (``needs_delivery``)."""
     with db.session(write=False) as session:
-        query = repo.get_query(session, query_id)
-        if query is None or (not principal.is_admin and query.partner_id != principal.partner_id):
-            # another partner's query is "not found" too: a partner cannot probe which query ids exist
-            raise NotFound(f"query {query_id} does not exist")
-        return query
+        return view(session, principal, query_id)
+
+
+def needs_delivery(principal: Principal, query: Query) -> bool:
+    """Whether answering ``query`` to ``principal`` is its first delivery to its partner."""
+    return not principal.is_admin and query.status == "complete" and query.delivered_at is None
+
+
+def deliver(db: Database, principal: Principal, query_id: int) -> QueryView:
+    """A partner's read of its complete query that records the delivery, in one write transaction: what it
+    returns is what was marked delivered (a correction committed before is in it; one committed after
+    sees the delivery and becomes a supersession)."""
+    with db.session(write=True) as session:
+        assert principal.partner_id is not None
+        lab_repo.mark_delivered(session, partner_id=principal.partner_id, query_id=query_id)
+        found = view(session, principal, query_id)
+        session.commit()
+        return found
+
+
+def view(session: Session, principal: Principal, query_id: int) -> QueryView:
+    """The query as ``principal`` may see it (404 for another partner's), read afresh in ``session``."""
+    query = repo.refresh_query(session, query_id)
+    if query is None or (not principal.is_admin and query.partner_id != principal.partner_id):
+        # another partner's query is "not found" too: a partner cannot probe which query ids exist
+        raise NotFound(f"query {query_id} does not exist")
+    found = lab_repo.corrections_of(session, [query.id], _visible_kinds(principal))
+    return QueryView(query, found.get(query.id, []))
+
+
+def view_of(session: Session, principal: Principal, query: Query) -> QueryView:
+    """``query`` (read in ``session``) with the corrections ``principal`` may see."""
+    found = lab_repo.corrections_of(session, [query.id], _visible_kinds(principal))
+    return QueryView(query, found.get(query.id, []))
 
 
 def post_result(session: Session, query_id: int, y: float) -> Query:
@@ -246,7 +302,7 @@ def post_result(session: Session, query_id: int, y: float) -> Query:
     if query is None:
         raise NotFound(f"query {query_id} does not exist")
     if query.status == "complete":
-        raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
+        raise Conflict(already_complete(session, query))
     if query.source_query_id is not None:
         raise Conflict(
             f"query {query_id} repeats query {query.source_query_id}'s row under a grant whose repeats are "
@@ -260,15 +316,50 @@ def post_result(session: Session, query_id: int, y: float) -> Query:
             "results are posted only for objective_mode 'manual'"
         )
     if not outputs.record_answer(session, query, dataset, y):
-        raise Conflict(f"query {query_id} is already complete; a result can be posted only once")
+        raise Conflict(already_complete(session, query))
     fresh = repo.refresh_query(session, query_id)
     assert fresh is not None
     return fresh
 
 
+def already_complete(session: Session, query: Query) -> str:
+    """Why a result cannot be posted to a complete query, and how a measured value is changed instead."""
+    if query.source_query_id is None and _dataset_of(session, query).objective_mode == "manual":
+        return (
+            f"query {query.id} is already complete; a result is posted once. To change the value, POST "
+            f'/v1/queries/{query.id}/corrections with {{"y": <new value>, "reason": "<why>"}}: it is '
+            "replaced if the partner has not been sent it yet, else superseded (both values kept in the log)"
+        )
+    return f"query {query.id} is already complete; a result can be posted only once"
+
+
+@dataclass(frozen=True)
+class QueryList:
+    views: list[QueryView]
+    #: A partner's complete queries it was never sent: list again with ``deliver`` to record the sending.
+    undelivered: bool
+
+
 def list_queries(session: Session, principal: Principal, release_id: int) -> Sequence[Query]:
     get_release(session, principal, release_id)
     return repo.list_queries(session, release_id, None if principal.is_admin else principal.partner_id)
+
+
+def query_list(db: Database, principal: Principal, release_id: int, *, deliver: bool = False) -> QueryList:
+    """The release's queries (admin: all; partner: its own) with their visible corrections. ``deliver``
+    (a partner, in a write transaction): record that its complete queries are being sent now."""
+    with db.session(write=deliver) as session:
+        get_release(session, principal, release_id)
+        partner_id = None if principal.is_admin else principal.partner_id
+        if deliver and partner_id is not None:
+            lab_repo.mark_delivered(session, partner_id=partner_id, release_id=release_id)
+        queries = repo.list_queries(session, release_id, partner_id)
+        found = lab_repo.corrections_of(session, [q.id for q in queries], _visible_kinds(principal))
+        views = [QueryView(q, found.get(q.id, [])) for q in queries]
+        if deliver:
+            session.commit()
+        undelivered = partner_id is not None and any(needs_delivery(principal, q) for q in queries)
+        return QueryList(views, undelivered and not deliver)
 
 
 def verify_queries(session: Session, principal: Principal, release_id: int) -> tuple[Verification, str]:
@@ -284,10 +375,10 @@ def verify_queries(session: Session, principal: Principal, release_id: int) -> t
     if principal.is_admin:
         return result, head
     assert principal.partner_id is not None
-    own = repo.chained_queries(session, release_id, principal.partner_id)  # ordered by chain_seq
+    own = lab_repo.partner_links(session, release_id, principal.partner_id)  # in chain order
     return (
         Verification(ok=result.ok, entries=len(own), first_bad_seq=result.first_bad_seq),
-        own[-1].hash if own and own[-1].hash else GENESIS_HASH,
+        own[-1][1] if own else GENESIS_HASH,
     )
 
 

@@ -32,7 +32,7 @@ from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 from curator_service.models import Dataset, LedgerEntry, Population, Release, utcnow
-from curator_service.services import populations
+from curator_service.services import outputs, populations
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset
 from curator_service.storage import ArrayStore
@@ -40,7 +40,7 @@ from shared.errors import InputDataError
 from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change, gaussian_release
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rng import os_entropy_rng
-from shared.protocol.schemas import ReleaseCreate
+from shared.protocol.schemas import ReleaseCreate, RowExclusions
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,14 @@ def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
     }
     formal = dataset.formal_guarantee and not large_delta(params.delta, dataset.n)
     return _Plan(cal, native, formal_guarantee=formal, charged_epsilon=charged, factor=factor)
+
+
+def planned_charge(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> tuple[float, bool]:
+    """(epsilon the population would be charged, formal guarantee) of a release with ``params``, refused
+    (422/413) as ``create_release`` would refuse it; nothing is reserved (the console's confirmation page
+    shows it before the release is made)."""
+    plan = _plan(dataset, params, max_bytes)
+    return plan.charged_epsilon, plan.formal_guarantee
 
 
 def _why_charged(dataset: Dataset, plan: _Plan, asked: float) -> str:
@@ -322,6 +330,20 @@ def get_release(session: Session, principal: Principal, release_id: int) -> Rele
     if release is None:
         raise NotFound(f"release {release_id} does not exist")
     return release
+
+
+def row_exclusions(session: Session, principal: Principal, release_id: int) -> RowExclusions:
+    """The rows of a granted release that the calling partner's grant can no longer be answered about
+    (``outputs.exclusions``); an admin is told to ask with the partner's token."""
+    if principal.is_admin or principal.partner_id is None:
+        raise Forbidden(
+            "exclusions are a partner grant's own: call GET /v1/releases/{id}/exclusions with the partner's "
+            "token (the ledger, GET /v1/datasets/{id}/ledger, shows every partner's charges)"
+        )
+    release = get_release(session, principal, release_id)
+    partner = repo.get_partner(session, principal.partner_id)
+    assert partner is not None  # the token was just resolved to it
+    return outputs.exclusions(session, partner, release)
 
 
 def list_releases(session: Session, principal: Principal, dataset_id: int | None = None) -> Sequence[Release]:

@@ -32,6 +32,7 @@ from modeler_service.console.forms import (
     read_params,
     study_body,
 )
+from modeler_service.context import Context
 from modeler_service.db import transaction
 from modeler_service.kinds import kind_of
 from modeler_service.schemas import AuditLog, StrategyInfo, StudyPublic
@@ -119,8 +120,8 @@ def _rounds(log: AuditLog) -> list[dict[str, Any]]:
     return out
 
 
-def _live_context(session: Session, study_id: str) -> dict[str, Any]:
-    study = service.to_public(service.get_study(session, study_id))
+def _live_context(session: Session, study_id: str, ctx: Context) -> dict[str, Any]:
+    study = service.study_detail(session, ctx, study_id)
     log = results.audit_log(session, study_id)
     rounds = _rounds(log)
     batched = any(r["queries"] > 1 for r in rounds)  # batch, MoMA epochs, LDP: show the rounds
@@ -303,7 +304,7 @@ def register(console: Console) -> None:
         request: Request, study_id: str, session: SignedIn, notice: str | None = None, verify: bool = False
     ) -> HTMLResponse:
         with _read(request) as db:
-            live = _live_context(db, study_id)
+            live = _live_context(db, study_id, _components(request).ctx)
             log = results.audit_log(db, study_id)
             verification = results.verify_audit(db, study_id) if verify else None
         study: StudyPublic = live["study"]
@@ -325,7 +326,7 @@ def register(console: Console) -> None:
         """The live fragment. A page that watched an active study reloads once it is not active any more
         (``HX-Refresh``): its buttons and audit table are then current."""
         with _read(request) as db:
-            live = _live_context(db, study_id)
+            live = _live_context(db, study_id, _components(request).ctx)
         page = console.render(request, "_study_live.html", live, session=session)
         if watching and not live["active"] and request.headers.get("hx-request"):
             page.headers["HX-Refresh"] = "true"

@@ -136,3 +136,31 @@ def receipt_by_key(session: Session, agent_id: str, key: str) -> tuple[Federatio
 
 def touch(federation: Federation) -> None:
     federation.updated_at = utcnow()
+
+
+def rounds(session: Session, federation_id: str) -> list[FederationRound]:
+    """The federation's rounds, in order."""
+    stmt = select(FederationRound).where(FederationRound.federation_id == federation_id)
+    return list(session.scalars(stmt.order_by(FederationRound.number)))
+
+
+def receipts_per_round(session: Session, federation_id: str) -> dict[int, int]:
+    """round number -> the submissions accepted in it (receipts; none for a round closed before 0007)."""
+    stmt = (
+        select(FederationRound.number, func.count(FederationReceipt.id))
+        .join(FederationReceipt, FederationReceipt.round_id == FederationRound.id)
+        .where(FederationRound.federation_id == federation_id)
+        .group_by(FederationRound.number)
+    )
+    return {int(n): int(c) for n, c in session.execute(stmt)}
+
+
+def agents_last_round(session: Session, federation_id: str) -> dict[str, tuple[int, int]]:
+    """agent id -> (the last round with an accepted submission of it, how many rounds accepted one)."""
+    stmt = (
+        select(FederationReceipt.agent_id, func.max(FederationRound.number), func.count(FederationReceipt.id))
+        .join(FederationRound, FederationRound.id == FederationReceipt.round_id)
+        .where(FederationRound.federation_id == federation_id)
+        .group_by(FederationReceipt.agent_id)
+    )
+    return {str(a): (int(last), int(n)) for a, last, n in session.execute(stmt)}

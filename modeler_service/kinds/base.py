@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from modeler_service.config import Settings
@@ -34,7 +36,7 @@ from modeler_service.models import Study
 from modeler_service.schemas import BestPoint, RoundQuery, StudyCreate
 from modeler_service.upstream import ClientFactory
 from shared.bo.strategies import Strategy, StrategyParams
-from shared.protocol.client import CuratorClient
+from shared.protocol.client import CuratorClient, CuratorError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -159,6 +161,19 @@ class RequestKind(ABC):
 
     def query_id(self, answer: Any) -> int | None:
         """The curator's id of a pending answer, kept in the intent while it is awaited."""
+        return None
+
+    def refused_for_good(self, error: CuratorError) -> bool:
+        """Whether the curator's ``error`` refuses ``request``'s target for good while nothing was charged
+        (the strategy must then stop choosing it: ``exclusions``). Default: no such refusal."""
+        return False
+
+    def exclusions(
+        self, client: CuratorClient, study: Study, refused: PlannedRequest
+    ) -> npt.NDArray[np.bool_] | None:
+        """After ``refused`` was refused for good: what the curator will no longer answer under the study's
+        grant, ``refused``'s target included, as a mask over the study's candidates
+        (``Strategy.exclude_rows``); None: nothing to exclude (the default)."""
         return None
 
     @abstractmethod

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
@@ -19,10 +20,10 @@ from modeler_service.exceptions import StorageError, Unprocessable, UpstreamErro
 from modeler_service.grants import fit_to_grant, grant_problem, needs_grant
 from modeler_service.kinds.base import PlannedRequest, Recorded, RequestKind, Services, StudyFacts
 from modeler_service.models import Study
-from modeler_service.schemas import ReleaseInfo, RoundQuery, StudyCreate
+from modeler_service.schemas import BestPoint, ReleaseInfo, RoundQuery, StudyCreate
 from modeler_service.upstream import upstream
 from shared.bo.strategies import Answer, RowRequest, Strategy, StrategyParams
-from shared.errors import InputDataError, StrategyError
+from shared.errors import ROW_UNAFFORDABLE, InputDataError, StrategyError
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.client import CuratorClient, CuratorError, ReleaseIntegrityError, npy_sha256
 from shared.protocol.schemas import PartnerPublic, QueryPublic
@@ -115,6 +116,7 @@ class RowKind(RequestKind):
             strategy_state=state,
             iterations_total=body.iterations,
             seed=body.seed,
+            outputs_private=me.output_privacy is not None,
             status="ready",
             iterations_done=0,
             rounds_done=0,
@@ -123,6 +125,12 @@ class RowKind(RequestKind):
             "study %s (%s) created on release %s (n=%d, r=%d)", study_id, body.strategy, body.release_id, n, r
         )
         return repo.add_study(session, study)
+
+    def best(self, study: Study) -> BestPoint | None:
+        """The best answer so far, labelled noisy when the grant privatises outcomes."""
+        if study.best_index is None or study.best_y is None:
+            return None
+        return BestPoint(index=study.best_index, y=study.best_y, noisy=study.outputs_private)
 
     def load_inputs(self, data_dir: Path, study: Study) -> Any:
         """Z [n, r] as stored with the study, checked against its sha256."""
@@ -183,6 +191,36 @@ class RowKind(RequestKind):
                 "Idempotency-Key?)"
             )
         return query
+
+    def refused_for_good(self, error: CuratorError) -> bool:
+        """The curator refused the row: its person's output allotment under the grant is used up (409
+        ``row-unaffordable``, nothing charged)."""
+        return error.code == ROW_UNAFFORDABLE
+
+    def exclusions(
+        self, client: CuratorClient, study: Study, refused: PlannedRequest
+    ) -> npt.NDArray[np.bool_] | None:
+        """The rows the grant can no longer be answered about (``GET /v1/releases/{id}/exclusions``), and
+        the refused row whatever the list says (another study on the same token may have moved it since)."""
+        if study.release_id is None:
+            return None
+        mask = self._listed(client, study.release_id, study.n)
+        if refused.index is not None and 0 <= refused.index < study.n:
+            mask[refused.index] = True
+        return mask
+
+    @staticmethod
+    def _listed(client: CuratorClient, release_id: int, n: int) -> npt.NDArray[np.bool_]:
+        found = client.row_exclusions(release_id)
+        if found.only_allowed is not None:
+            mask = np.ones(n, dtype=bool)
+            allowed = np.asarray(found.only_allowed, dtype=np.int64)
+            mask[allowed[(allowed >= 0) & (allowed < n)]] = False
+            return mask
+        mask = np.zeros(n, dtype=bool)
+        excluded = np.asarray(found.excluded, dtype=np.int64)
+        mask[excluded[(excluded >= 0) & (excluded < n)]] = True
+        return mask
 
     def is_complete(self, answer: QueryPublic) -> bool:
         return answer.status == "complete"

@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.bo.parallel import argmax
+from shared.errors import StrategyError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -92,12 +93,29 @@ class UCB:
         """The first maximum of the scores (``first_argmax``)."""
         return first_argmax(self.values)
 
-    def choose(self, initial: Sequence[int], play: int, source: str) -> tuple[int, str]:
+    def choose(
+        self,
+        initial: Sequence[int],
+        play: int,
+        source: str,
+        *,
+        unavailable: npt.NDArray[np.bool_] | None = None,
+    ) -> tuple[int, str]:
         """``(row, source)`` of play ``play`` (0-based): the initial row ``initial[play]`` ("initial") while
-        there is one, else the first argmax of the scores (``source``)."""
-        if play < len(initial):
+        there is one, else the first argmax of the scores (``source``). ``unavailable`` [n]: rows that must
+        not be chosen (``Strategy.unavailable``), excluded first; an initial row among them is skipped for
+        the argmax, and ``StrategyError`` is raised when no row is left."""
+        if unavailable is not None:
+            self.exclude(unavailable)
+        if play < len(initial) and (unavailable is None or not unavailable[int(initial[play])]):
             return int(initial[play]), "initial"
-        return self.argmax(), source
+        index = self.argmax()
+        if unavailable is not None and not np.isfinite(self.values[index]):
+            raise StrategyError(
+                f"no row is left to choose: all {self.values.size} are excluded (queried already, or their "
+                "person cannot afford another answer under the study's grant)"
+            )
+        return index, source
 
     def details(self, index: int, *, source: str, **extra: Any) -> dict[str, Any]:
         """``ucb_details`` of row ``index``: its score, beta, mean and std, then ``extra``."""

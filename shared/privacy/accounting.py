@@ -10,7 +10,9 @@ output noise, the mu of a Gaussian-DP gradient oracle). Two accountants read the
   Google's ``dp_accounting``): charges with native parameters are composed as distributions, which is much
   tighter for Gaussian noise (a Gaussian release at epsilon = e^1.1 plus a mu = 1 gradient oracle at
   delta = 1e-5 each: 7.38 summed, 5.38 composed at delta = 2e-5). Charges without native parameters are
-  added on top by basic composition. Reported beside the ledger, for information.
+  added on top by basic composition. Reported beside the ledger, for information. Gaussian charges compose
+  exactly to one Gaussian (mu-GDP composition), whose epsilon(delta) has a closed form: a ledger of any
+  number of Gaussian releases and gradient oracles is composed in milliseconds, without discretisation.
 """
 
 from __future__ import annotations
@@ -52,6 +54,24 @@ class Charge:
         return None
 
 
+def _merge_gaussians(events: Counter[Any]) -> Counter[Any]:
+    """The Gaussian events (noise multipliers z_i, sensitivity 1) as the one Gaussian event they compose to
+    exactly: z = (sum_i count_i / z_i^2)^(-1/2). A Gaussian mechanism's privacy loss is normal, N(mu^2 / 2,
+    mu^2) with mu = 1 / z, so the losses of independent ones add up to that of mu = sqrt(sum mu_i^2): mu-GDP
+    composition is exact (Dong, Roth & Su 2022, "Gaussian differential privacy", Corollary 3.3). One event
+    instead of hundreds of self-compositions: a ledger of 500 releases is composed in milliseconds, not
+    minutes, and with one discretisation instead of many."""
+    import dp_accounting
+
+    gaussians = {e: n for e, n in events.items() if isinstance(e, dp_accounting.GaussianDpEvent)}
+    if len(gaussians) == 0 or (len(gaussians) == 1 and next(iter(gaussians.values())) == 1):
+        return events
+    mu_squared = sum(n / float(e.noise_multiplier) ** 2 for e, n in gaussians.items())
+    merged: Counter[Any] = Counter({e: n for e, n in events.items() if e not in gaussians})
+    merged[dp_accounting.GaussianDpEvent(1.0 / mu_squared**0.5)] += 1
+    return merged
+
+
 def basic_composition(charges: Sequence[Charge]) -> tuple[float, float]:
     """(sum of epsilons, sum of deltas)."""
     return sum(c.epsilon for c in charges), sum(c.delta for c in charges)
@@ -81,11 +101,21 @@ def _pld_composition(
     rest = [c for c, e in events if e is None]
     eps_rest, delta_rest = basic_composition(rest)
     composed = Counter(e for _, e in events if e is not None)  # DpEvents are frozen, hashable dataclasses
+    composed = _merge_gaussians(composed)
     if not composed:
         return eps_rest if delta_rest <= delta * (1 + 1e-9) else None
     target = delta - delta_rest
     if target <= 0:
         return None
+    import dp_accounting
+
+    (only, count), *others = composed.items()
+    if not others and count == 1 and isinstance(only, dp_accounting.GaussianDpEvent):
+        # one Gaussian (every Gaussian charge merged): its epsilon(delta) in closed form, exactly what the
+        # PLD accountant approximates by discretisation (Balle & Wang 2018, Theorem 8; ``gdp_epsilon``)
+        from shared.privacy.gdp import gdp_epsilon
+
+        return gdp_epsilon(1.0 / float(only.noise_multiplier), target) + eps_rest
     from dp_accounting.pld import pld_privacy_accountant
 
     accountant = pld_privacy_accountant.PLDAccountant()

@@ -16,9 +16,11 @@ __all__ = ["Conflict", "Forbidden", "NotFound", "QuotaExceeded", "ServiceError",
 
 
 class ServiceError(PoboError):
-    """Base class; ``status_code`` is the HTTP status the API answers with."""
+    """Base class; ``status_code`` is the HTTP status the API answers with; ``code``, when set, is sent in
+    the ``Pobo-Error-Code`` header (``shared.errors.ERROR_CODE_HEADER``) for clients that act on it."""
 
     status_code = 500
+    code: str | None = None
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)

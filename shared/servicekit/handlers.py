@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
+from shared.errors import ERROR_CODE_HEADER
 from shared.servicekit.errors import validation_error_response
 from shared.servicekit.exceptions import ServiceError
 
@@ -59,6 +60,8 @@ def install_error_handlers(
             headers["WWW-Authenticate"] = "Bearer"
         elif exc.status_code == 503:  # the database (or the curator) is unavailable: retry shortly
             headers["Retry-After"] = RETRY_AFTER_SECONDS
+        if exc.code is not None:
+            headers[ERROR_CODE_HEADER] = exc.code
         if exc.status_code == 500:
             logger.error("%s: %s", type(exc).__name__, exc.detail)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers or None)

@@ -26,7 +26,10 @@ The agent walks the rounds t = 1, 2, ... in order and asks the coordinator about
 Whether round t counted for this agent is the coordinator's answer, read from the closed round (``you``:
 the receipt of a submission accepted before the close), never the agent's guess: a submission whose answer
 was lost and whose retry was answered after the close (a replay of the same key, 202) counts, a round that
-closed without one is reported refused. Before round 1 it evaluates ``n_init`` points of its own sub-region
+closed without one is reported refused. Every request names this process (``Pobo-Agent-Instance``, a random
+``instance_id`` per ``Agent``): when the coordinator sees two processes alternate on one agent token, its
+answers carry a ``warning``, which the agent hands to ``on_warning`` (each distinct warning at most once a
+minute). Before round 1 it evaluates ``n_init`` points of its own sub-region
 (Algorithm 2, line 2). Transient failures (connection errors, 429, 5xx, e.g. while the modeler restarts) are
 retried with exponential backoff and jitter for up to ``retry_seconds`` (the same key and omega on every
 retry of a submission); then the agent gives up with the error (``AgentError``). ``on_round(t, info)``, if
@@ -37,12 +40,14 @@ could not submit).
 
 from __future__ import annotations
 
+import math
 import ssl
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -54,11 +59,15 @@ from shared.federated.regions import split_box
 from shared.federated.rff import RandomFourierFeatures
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.client import FederationClient, ModelerApiError
-from shared.protocol.schemas import FederationPublic, RoundPublic
+from shared.protocol.schemas import FederationPublic, RoundPublic, SubmissionAccepted
 
 FloatArray = npt.NDArray[np.float64]
 
 __all__ = ["Agent", "AgentError", "AgentReport"]
+
+#: Seconds before the same warning of the coordinator is handed to ``on_warning`` again.
+WARNING_SECONDS = 60.0
+A = TypeVar("A", FederationPublic, RoundPublic, SubmissionAccepted)
 
 #: Statuses worth retrying: throttled, or the modeler (or its database) is briefly unavailable.
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -131,6 +140,8 @@ class Agent:
         n_candidates: int = 1024,
         n_starts: int = 3,
         on_round: Callable[[int, dict[str, Any]], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self.federation_id = federation_id
         self.objective = objective
@@ -142,6 +153,11 @@ class Agent:
         self.n_candidates = n_candidates
         self.n_starts = n_starts
         self.on_round = on_round
+        self.on_warning = on_warning
+        #: This process's random id, sent on every request (two processes on one token are warned).
+        self.instance_id = instance_id or uuid.uuid4().hex
+        #: Each distinct warning of the coordinator and when it was last handed to ``on_warning``.
+        self.warnings: dict[str, float] = {}
         #: The typed client of the coordinator's API: every call retried on a transient failure (connection
         #: errors, 429, 5xx) for up to ``retry_seconds``, a submission with the same Idempotency-Key.
         self.client = FederationClient(
@@ -154,6 +170,7 @@ class Agent:
             retry_statuses=_TRANSIENT_STATUSES,
             backoff=0.2,
             max_backoff=2.0,
+            instance_id=self.instance_id,
         )
         self._X: list[FloatArray] = []
         self._y: list[float] = []
@@ -186,20 +203,31 @@ class Agent:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def _heard(self, answer: A) -> A:
+        """An answer of the coordinator, after its ``warning`` (if any) went to ``on_warning``."""
+        message = getattr(answer, "warning", None)
+        if message:
+            now = time.monotonic()
+            if now - self.warnings.get(message, -math.inf) >= WARNING_SECONDS:
+                self.warnings[message] = now
+                if self.on_warning is not None:
+                    self.on_warning(message)
+        return answer
+
     def federation(self) -> FederationPublic:
         """``GET /v1/federations/{id}`` as this agent."""
         with _refusals():
-            return self.client.get_federation(self.federation_id)
+            return self._heard(self.client.get_federation(self.federation_id))
 
     def round(self, number: int) -> RoundPublic:
         """``GET .../rounds/{number}`` as this agent (no waiting): its status and this agent's ``you``."""
         with _refusals():
-            return self.client.get_round(self.federation_id, number)
+            return self._heard(self.client.get_round(self.federation_id, number))
 
     def wait_closed(self, number: int) -> RoundPublic:
         """Long-poll ``GET .../rounds/{number}?wait=`` until the round is closed; the closed round."""
         with _refusals():
-            return self.client.wait_for_round(self.federation_id, number, poll=self.wait_seconds)
+            return self._heard(self.client.wait_for_round(self.federation_id, number, poll=self.wait_seconds))
 
     def submit(self, number: int, agent_id: str, omega: FloatArray) -> bool:
         """POST omega for round ``number``; True if accepted (also a replay of the same key answered from
@@ -207,7 +235,11 @@ class Agent:
         key = f"{self.federation_id}:{agent_id}:{number}"
         try:
             with _refusals():
-                self.client.submit(self.federation_id, number, [float(v) for v in omega], idempotency_key=key)
+                self._heard(
+                    self.client.submit(
+                        self.federation_id, number, [float(v) for v in omega], idempotency_key=key
+                    )
+                )
         except AgentError as exc:
             if exc.status_code == 409:
                 return False

@@ -203,10 +203,18 @@ def reconcile_cmd(
     ca_bundle: Annotated[
         Path | None, typer.Option(help="PEM bundle to verify HTTPS certificates (default: system store).")
     ] = None,
+    sync: Annotated[
+        bool,
+        typer.Option(
+            help="First have the modeler record the curator's supersessions it lacks "
+            "(POST /v1/studies/{id}/audit/sync); --no-sync compares the audit log as it stands."
+        ),
+    ] = True,
 ) -> None:
     """Compare a study's audit log (modeler) with the curator's query log; print every mismatch.
 
-    Exit status 0 when both hash chains verify and every query matches (id, row index, y), 1 otherwise,
+    Exit status 0 when both hash chains verify and every query matches (id, row index, y; a value the
+    curator superseded matches when the modeler's audit records the same supersession), 1 otherwise,
     2 when either service could not be asked (unreachable, wrong token, unknown study).
     """
     from rich.console import Console
@@ -225,6 +233,7 @@ def reconcile_cmd(
             modeler_token=modeler_token,
             study_id=study,
             verify=ca_bundle if ca_bundle is not None else True,
+            sync=sync,
         )
     except PoboError as exc:  # CuratorError, ModelerApiError: the message names the side and its answer
         console.print(f"[red]cannot reconcile[/]: {escape(str(exc))}")
@@ -233,10 +242,17 @@ def reconcile_cmd(
         f"modeler audit chain {'ok' if report.modeler_chain_ok else 'BROKEN'}, "
         f"curator query chain {'ok' if report.curator_chain_ok else 'BROKEN'}"
     )
+    for s in report.supersessions:  # recorded on both sides: reconciled, listed for the record
+        console.print(
+            f"superseded: query {s.query_id}, correction {s.correction_id}: y {s.previous_y!r} -> {s.y!r} "
+            "(both values in both logs)"
+        )
     if report.ok:
+        extra = f" (+ {len(report.supersessions)} supersession(s))" if report.supersessions else ""
         console.print(
             f"[green]OK[/]: study {report.study_id} ({report.source}): "
-            f"{report.modeler_entries} audit entries = {report.curator_entries} curator queries; {chains}"
+            f"{report.modeler_entries} audit entries = {report.curator_entries} curator queries{extra}; "
+            f"{chains}"
         )
         return
     table = Table(title=f"study {report.study_id} ({report.source}): {len(report.mismatches)} mismatch(es)")
@@ -296,18 +312,23 @@ def agent_run(
     ca_bundle: Annotated[
         Path | None, typer.Option(help="PEM bundle of the CA that signed the modeler's certificate.")
     ] = None,
+    debug: Annotated[bool, typer.Option(help="Show the traceback of an error (default: one line).")] = False,
 ) -> None:
     """Take part in a federation until it is done: evaluate the demo objective locally each round and
     submit only a posterior sample (omega) to the modeler; local observations never leave this process.
 
     Start it any time after the federation is created: it waits for the start, and joins (or, after a
     restart or an outage, rejoins) at the coordinator's current round without submitting a round twice.
-    The final report lists the rounds that counted its submission, as the coordinator's receipts say."""
+    The final report lists the rounds that counted its submission, as the coordinator's receipts say.
+
+    It first checks that --modeler is a pobo modeler (GET /healthz). An error is one line on stderr that
+    says what to do, and the exit status is 1 (--debug: the traceback too). If another process runs with
+    the same agent token, the modeler says so and the agent prints a warning."""
     from rich.console import Console
 
-    from shared.errors import InputDataError
     from shared.federated.objectives import make_objective
-    from shared.tools.agent import Agent, AgentError
+    from shared.tools.agent import Agent
+    from shared.tools.agent_checks import check_modeler, explain
 
     console = Console()
 
@@ -322,24 +343,35 @@ def agent_run(
             f"{query}; this agent's submission {counted}"
         )
 
+    def on_warning(message: str) -> None:
+        typer.echo(f"warning: {message}", err=True)  # one line (rich would wrap it)
+
+    verify: str | bool = str(ca_bundle) if ca_bundle is not None else True
     try:
+        url = check_modeler(modeler, verify=verify)
         with Agent(
-            modeler,
+            url,
             federation,
             token,
             objective=lambda x: 0.0,  # replaced below, once the box is known
             wait_seconds=wait,
             retry_seconds=retry_seconds,
-            verify=str(ca_bundle) if ca_bundle is not None else True,
+            verify=verify,
             on_round=on_round,
+            on_warning=on_warning,
         ) as agent:
             params = agent.federation().params
             bounds = params["bounds"]
             lower, upper = [b[0] for b in bounds], [b[1] for b in bounds]
             agent.objective = make_objective(objective, lower, upper, perturbation=perturbation, seed=seed)
             report = agent.run()
-    except (AgentError, InputDataError) as exc:
-        console.print(f"[red]error[/]: {exc}")
+    except KeyboardInterrupt:
+        typer.echo("interrupted: the agent stopped (run it again to rejoin at the current round)", err=True)
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        if debug:
+            raise
+        typer.echo(f"error: {explain(exc, modeler, federation)}", err=True)
         raise typer.Exit(1) from None
     console.print(
         f"federation {report.federation_id} done ({report.stop_reason}): submitted in rounds "

@@ -157,22 +157,33 @@ def test_the_console_runs_the_curators_whole_flow(browser: TestClient) -> None:
     assert html.count('<tr><td class="num">') >= 5 and 'value="2.0"' in html
 
     # make releases (the same service as the API: the ledger is charged)
-    r = post(browser, f"/console/datasets/{manual_id}/releases", {"epsilon": "1", "delta": "1e-5"})
+    # (the confirmation page's post: ``test_console_actions`` covers the page itself)
+    r = post(
+        browser,
+        f"/console/datasets/{manual_id}/releases",
+        {"epsilon": "1", "delta": "1e-5", "confirm": "yes"},
+    )
     assert r.status_code == 303, r.text
     release_id = int(r.headers["location"].rsplit("/", 1)[1])
     r = post(
-        browser, f"/console/datasets/{manual_id}/releases", {"epsilon": "0.5", "delta": "1e-5", "r": "2"}
+        browser,
+        f"/console/datasets/{manual_id}/releases",
+        {"epsilon": "0.5", "delta": "1e-5", "r": "2", "confirm": "yes"},
     )
     assert r.status_code == 303, r.text
     second_id = int(r.headers["location"].rsplit("/", 1)[1])
     ledger = api.get(f"/v1/datasets/{manual_id}/ledger", headers=ADMIN).json()
     assert ledger["epsilon_spent"] == pytest.approx(1.5)
-    refused = post(browser, f"/console/datasets/{manual_id}/releases", {"epsilon": "4", "delta": "1e-5"})
+    refused = post(
+        browser,
+        f"/console/datasets/{manual_id}/releases",
+        {"epsilon": "4", "delta": "1e-5", "confirm": "yes"},
+    )
     assert refused.status_code == 409 and "budget" in error_message(refused.text)
     unsafe = post(
         browser,
         f"/console/datasets/{manual_id}/releases",
-        {"epsilon": "1", "delta": "1e-5", "r": "2", "mechanism": "po-gp-ucb"},
+        {"epsilon": "1", "delta": "1e-5", "r": "2", "mechanism": "po-gp-ucb", "confirm": "yes"},
     )
     assert unsafe.status_code == 422 and "acknowledge_no_guarantee" in error_message(unsafe.text)
     assert api.get(f"/v1/datasets/{manual_id}/ledger", headers=ADMIN).json()[

@@ -42,8 +42,11 @@ async def test_column_query_returns_the_stored_outcome(world: World) -> None:
     assert q["completed_at"] is not None and q["partner_id"] == world.partner["id"]
     got = await world.client.get(f"/v1/queries/{q['id']}", headers=world.partner_headers)
     assert got.status_code == 200 and got.json() == q and q["cached"] is None  # the partner's view
-    # the admin's view is the same query, with what only the curator sees: whether it was a cached repeat
-    assert (await world.client.get(f"/v1/queries/{q['id']}", headers=ADMIN)).json() == q | {"cached": False}
+    # the admin's view is the same query, with what only the curator sees: whether it was a cached repeat,
+    # and when the partner was first sent it complete (here: by its GET just above)
+    admin_view = (await world.client.get(f"/v1/queries/{q['id']}", headers=ADMIN)).json()
+    assert admin_view["delivered_at"] is not None
+    assert admin_view == q | {"cached": False, "delivered_at": admin_view["delivered_at"]}
 
 
 async def test_idempotent_retry_same_answer_no_second_charge(world: World) -> None:
@@ -183,8 +186,10 @@ async def test_manual_queries_pending_until_the_result_is_posted(client: httpx.A
 
     twice = await client.post(f"/v1/queries/{q['id']}/result", headers=ADMIN, json={"y": 1.0})
     assert twice.status_code == 409
-    assert twice.json() == {
-        "detail": f"query {q['id']} is already complete; a result can be posted only once"
+    assert twice.json() == {  # a measured value is changed through its corrections instead
+        "detail": f"query {q['id']} is already complete; a result is posted once. To change the value, POST "
+        f'/v1/queries/{q["id"]}/corrections with {{"y": <new value>, "reason": "<why>"}}: it is replaced if '
+        "the partner has not been sent it yet, else superseded (both values kept in the log)"
     }
     not_finite = await client.post(f"/v1/queries/{q['id']}/result", headers=ADMIN, json={"y": "nan"})
     assert not_finite.status_code == 422

@@ -57,6 +57,9 @@ def _upload(page: Any, base: str, csv: Path, name: str, *, objective: str | None
 
 def _release(page: Any) -> int:
     page.click("#release-form button[type=submit]")
+    page.wait_for_url(re.compile(r"/console/datasets/\d+/releases/new\?"))  # what it costs, asked first
+    assert "This spends privacy budget for good" in page.inner_text("#release-confirm")
+    page.click("#release-confirm-form button[type=submit]")
     page.wait_for_url(re.compile(r"/console/releases/\d+$"))
     return int(page.url.rsplit("/", 1)[1])
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from shared.privacy.ctl import CTL
-from tests.e2e.conftest import Services, write_csv
+from shared.protocol.client import CuratorClient
+from tests.e2e.conftest import SQLITE_ONLY, Services, write_csv
 from tests.e2e.test_strategies import body, reconciled
 from tests.e2e.test_two_party import wait_status
 
@@ -155,4 +156,42 @@ def test_an_ldp_tgp_study_takes_epsilon_b_and_r_from_the_grant(services: Service
         assert http.post(f"/v1/studies/{study['id']}/run").status_code == 202
         done = wait_status(http, study["id"], {"done", "failed"})
     assert (done["status"], done["iterations_done"]) == ("done", 8), done
+    assert reconciled(services, study["id"])
+
+
+@SQLITE_ONLY
+def test_an_output_private_study_skips_rows_its_grant_cannot_afford(services: Services) -> None:
+    """Issue 34: rows answered raw to another partner do not stop an output-private study, and a row whose
+    person's allotment under the study's grant is used up is refused (nothing charged), excluded, and the
+    study goes on to done; its best is labelled noisy, with the posterior mean beside it."""
+    charge = CTL(**OP).charged_epsilon
+    csv = services.tmp / "excl.csv"
+    write_csv(csv, n=60, d=2)
+    with services.admin() as admin:
+        dataset = admin.upload_dataset(csv, name="excl", objective="objective")
+        release = admin.create_release(dataset.id, epsilon=1.0, delta=1e-4)
+        raw = admin.create_partner("raw lab", release_ids=[release.id], max_queries=60)
+        capped = {**OP, "fresh_repeats": True, "max_epsilon_per_row": charge}  # one answer per person
+        private = admin.create_partner(
+            "ldp lab", release_ids=[release.id], max_queries=60, output_privacy=capped
+        )
+    with CuratorClient(services.curator.url, raw.token) as other:
+        for index in range(60):  # every person's outcome disclosed raw to another partner
+            other.create_query(release.id, index)
+    with CuratorClient(services.curator.url, private.token) as own:
+        for index in range(48):  # this grant's own answers use up rows 0..47 (the study's first choice: 0)
+            own.create_query(release.id, index)
+    with services.modeler_http() as http:
+        created = http.post("/v1/studies", json=body(services, release, private, "ldp-tgp-ucb", 10))
+        assert created.status_code == 201, created.text
+        study = created.json()
+        assert http.post(f"/v1/studies/{study['id']}/run").status_code == 202
+        done = wait_status(http, study["id"], {"done", "failed"})
+        assert (done["status"], done["iterations_done"]) == ("done", 10), done
+        rows = [e["index"] for e in http.get(f"/v1/studies/{study['id']}/audit").json()["entries"]]
+        best = done["best"]
+    assert all(i >= 48 for i in rows) and len(set(rows)) == 10  # refused rows never recorded, none twice
+    assert best["noisy"] is True and isinstance(best["posterior_mean"], float)
+    with services.admin() as admin:
+        assert admin.get_partner(private.id).queries_used == 48 + 10  # no refusal was charged
     assert reconciled(services, study["id"])

@@ -254,7 +254,13 @@ def test_two_party_loop_over_https(tls_services: TlsServices, pki: Pki) -> None:
         assert done["status"] == "done", done["error"]
         audit = http.get(f"/v1/studies/{study_id}/audit").json()["entries"]
         verify = http.get(f"/v1/studies/{study_id}/audit/verify").json()
-    assert verify == {"ok": True, "entries": 5, "first_bad_seq": None}
+    assert verify == {
+        "ok": True,
+        "entries": 5,
+        "first_bad_seq": None,
+        "supersessions": 0,
+        "first_bad_supersession_seq": None,
+    }
     assert [e["y"] for e in audit] == [pytest.approx(outcomes[e["index"]]) for e in audit]
 
     with CuratorClient(s.curator.url, s.admin_token, verify=pki.ca) as admin:

@@ -80,7 +80,13 @@ def test_twenty_iterations_reconcile(services: Services) -> None:
         audit = http.get(f"/v1/studies/{study['id']}/audit").json()["entries"]
         verify = http.get(f"/v1/studies/{study['id']}/audit/verify").json()
         plot = http.get(f"/v1/studies/{study['id']}/plot.png")
-    assert verify == {"ok": True, "entries": 20, "first_bad_seq": None}
+    assert verify == {
+        "ok": True,
+        "entries": 20,
+        "first_bad_seq": None,
+        "supersessions": 0,
+        "first_bad_supersession_seq": None,
+    }
     assert plot.status_code == 200 and plot.content[:4] == b"\x89PNG"
 
     with services.admin() as admin:

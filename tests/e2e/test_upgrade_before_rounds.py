@@ -137,6 +137,8 @@ def test_studies_written_before_rounds_verify_reconcile_and_finish(legacy: Any) 
             "ok": True,
             "entries": 10,
             "first_bad_seq": None,
+            "supersessions": 0,
+            "first_bad_supersession_seq": None,
         }
         assert reconciled(half["id"])
 

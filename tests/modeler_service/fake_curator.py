@@ -2,7 +2,8 @@
 
 Enough behaviour to test the modeler alone: one release, bearer tokens, npy rows with sha256, queries with
 Idempotency-Key (a repeat returns the same query and is not charged), a quota (429), ``manual`` outcomes
-(pending until ``post_result``; ``?wait=`` long-polls), and injectable failures.
+(pending until ``post_result``; ``?wait=`` long-polls), supersessions of a measured value (``supersede``;
+listed by ``GET /v1/releases/{id}/corrections?after_id=&limit=``), and injectable failures.
 
 One gradient oracle (DP-GIBO) too: ``GET /v1/gradient-oracles/{id}`` and ``POST .../steps`` answer the
 exact gradient of the quadratic loss f(theta) = |theta - theta_star|^2 / 2, i.e. theta - theta_star
@@ -24,6 +25,8 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from shared.errors import ERROR_CODE_HEADER, ROW_UNAFFORDABLE
 
 PARTNER_TOKEN = "partner-token-abc"  # noqa: S105 - test fixture
 ADMIN_TOKEN = "admin-token-xyz"  # noqa: S105 - test fixture
@@ -52,6 +55,8 @@ class FakeCurator:
     oracle_granted: bool = True
     theta_star: tuple[float, ...] = (1.5, -2.0)
     partner_tokens: list[str] = field(default_factory=lambda: [PARTNER_TOKEN])  # valid ones (a rotation adds)
+    #: rows the grant can no longer be answered about: refused with 409 ``row-unaffordable``, nothing charged
+    unaffordable: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -69,6 +74,7 @@ class FakeCurator:
         self.cond = threading.Condition()
         self.gradient_steps: list[dict[str, Any]] = []  # every step made (a repeated key adds none)
         self.step_keys: dict[str, int] = {}  # Idempotency-Key -> step number
+        self.corrections: list[dict[str, Any]] = []  # supersessions, in the order made (id = position)
 
     # ------------------------------------------------------------------------------------------ helpers
     def transport(self) -> httpx.MockTransport:
@@ -82,6 +88,29 @@ class FakeCurator:
             q = self.queries[query_id - 1]
             q.update(status="complete", y=float(y), completed_at=_now())
             self.cond.notify_all()
+
+    def supersede(self, query_id: int, y: float) -> dict[str, Any]:
+        """The lab changes a measured value the partner was sent: the query takes the new value and lists
+        the change (the curator's ``supersession``)."""
+        with self.cond:
+            q = self.queries[query_id - 1]
+            assert q["status"] == "complete", "only a measured value can be superseded"
+            change = {
+                "id": len(self.corrections) + 1,
+                "query_id": query_id,
+                "release_id": self.release_id,
+                "kind": "supersession",
+                "previous_y": q["y"],
+                "y": float(y),
+                "charged_epsilon": None,
+                "created_at": _now(),
+                "chain_seq": len(self.queries) + len(self.corrections) + 1,
+                "reason": None,
+            }
+            self.corrections.append(change)
+            q["y"] = float(y)
+            q.setdefault("corrections", []).append(change)
+            return dict(change)
 
     def pending(self) -> list[dict[str, Any]]:
         return [q for q in self.queries if q["status"] == "pending"]
@@ -167,6 +196,25 @@ class FakeCurator:
             if int(m[1]) != self.release_id:
                 return httpx.Response(404, json={"detail": f"release {m[1]} not found"})
             return httpx.Response(200, json=self.release())
+        if m := re.fullmatch(r"/v1/releases/(\d+)/exclusions", path):
+            listed = sorted(self.unaffordable)
+            return httpx.Response(
+                200,
+                json={
+                    "release_id": self.release_id,
+                    "n": self.n,
+                    "excluded": listed,
+                    "only_allowed": None,
+                    "max_epsilon_per_row": 1.0,
+                    "charged_epsilon": 1.0,
+                    "statement": f"{len(listed)} row(s) are excluded.",
+                },
+            )
+        if m := re.fullmatch(r"/v1/releases/(\d+)/corrections", path):
+            after = int(request.url.params.get("after_id") or 0)
+            limit = int(request.url.params.get("limit") or 1000)
+            page = [dict(c) for c in self.corrections if c["id"] > after][:limit]
+            return httpx.Response(200, json={"data": page, "count": len(page)})
         if m := re.fullmatch(r"/v1/releases/(\d+)/rows", path):
             if int(m[1]) != self.release_id:
                 return httpx.Response(404, json={"detail": f"release {m[1]} not found"})
@@ -213,6 +261,14 @@ class FakeCurator:
             if not 0 <= index < self.n:
                 return httpx.Response(
                     422, json={"detail": f"index must be in [0, {self.n - 1}], got {index}"}
+                )
+            if index in self.unaffordable:
+                return httpx.Response(
+                    409,
+                    json={
+                        "detail": f"this grant's output allotment for the person in row {index} is used up"
+                    },
+                    headers={ERROR_CODE_HEADER: ROW_UNAFFORDABLE},
                 )
             if len(self.queries) >= self.max_queries:
                 return httpx.Response(429, json={"detail": f"query quota of {self.max_queries} is used up"})

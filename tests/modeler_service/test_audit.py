@@ -37,6 +37,10 @@ def sql(settings: Settings, statement: str, **params: Any) -> None:
     engine.dispose()
 
 
+#: The verification's fields about the supersession chain of a study without supersessions.
+UNSUPERSEDED = {"supersessions": 0, "first_bad_supersession_seq": None}
+
+
 def verify(client: TestClient, study: dict[str, Any]) -> dict[str, Any]:
     resp = client.get(f"/v1/studies/{study['id']}/audit/verify")
     assert resp.status_code == 200
@@ -93,7 +97,7 @@ def test_audit_log_fields_and_chain(client: TestClient, study: dict[str, Any]) -
     )
     payload = canonical_json(entry_payload(row))
     assert hashlib.sha256((e["prev_hash"] + payload).encode()).hexdigest() == e["hash"]
-    assert verify(client, study) == {"ok": True, "entries": 6, "first_bad_seq": None}
+    assert verify(client, study) == {"ok": True, "entries": 6, "first_bad_seq": None, **UNSUPERSEDED}
 
 
 def _parse(value: str) -> Any:
@@ -115,7 +119,7 @@ def test_audit_csv_export(client: TestClient, study: dict[str, Any]) -> None:
 
 def test_edited_y_is_detected(client: TestClient, settings: Settings, study: dict[str, Any]) -> None:
     sql(settings, "UPDATE modeler_audit_entries SET y = y + 1e-9 WHERE study_id=:s AND seq=3", s=study["id"])
-    assert verify(client, study) == {"ok": False, "entries": 6, "first_bad_seq": 3}
+    assert verify(client, study) == {"ok": False, "entries": 6, "first_bad_seq": 3, **UNSUPERSEDED}
 
 
 def test_edited_index_is_detected(client: TestClient, settings: Settings, study: dict[str, Any]) -> None:
@@ -157,14 +161,14 @@ def test_edited_details_are_detected(client: TestClient, settings: Settings, stu
 
 def test_deleted_entry_is_detected(client: TestClient, settings: Settings, study: dict[str, Any]) -> None:
     sql(settings, "DELETE FROM modeler_audit_entries WHERE study_id=:s AND seq=4", s=study["id"])
-    assert verify(client, study) == {"ok": False, "entries": 5, "first_bad_seq": 4}
+    assert verify(client, study) == {"ok": False, "entries": 5, "first_bad_seq": 4, **UNSUPERSEDED}
 
 
 def test_deleted_last_entry_is_detected(
     client: TestClient, settings: Settings, study: dict[str, Any]
 ) -> None:
     sql(settings, "DELETE FROM modeler_audit_entries WHERE study_id=:s AND seq=6", s=study["id"])
-    assert verify(client, study) == {"ok": False, "entries": 5, "first_bad_seq": 6}
+    assert verify(client, study) == {"ok": False, "entries": 5, "first_bad_seq": 6, **UNSUPERSEDED}
 
 
 def test_reordered_entries_are_detected(
@@ -174,4 +178,4 @@ def test_reordered_entries_are_detected(
     sql(settings, "UPDATE modeler_audit_entries SET seq = -1 WHERE study_id=:s AND seq=2", s=s)
     sql(settings, "UPDATE modeler_audit_entries SET seq = 2 WHERE study_id=:s AND seq=3", s=s)
     sql(settings, "UPDATE modeler_audit_entries SET seq = 3 WHERE study_id=:s AND seq=-1", s=s)
-    assert verify(client, study) == {"ok": False, "entries": 6, "first_bad_seq": 2}
+    assert verify(client, study) == {"ok": False, "entries": 6, "first_bad_seq": 2, **UNSUPERSEDED}

@@ -267,6 +267,8 @@ def test_the_endpoint_table_says_which_calls_may_be_repeated() -> None:
         "create_release",
         "create_partner",
         "post_result",
+        "post_results",  # a plate of measurements: a repeat would post them again
+        "correct_result",  # a repeat would be a second correction
         "create_gradient_oracle",
     }
     assert {name for name, ep in ENDPOINTS.items() if ep.method == "GET"} <= {

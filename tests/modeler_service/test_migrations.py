@@ -1,5 +1,5 @@
-"""The modeler's models match its migrated schema, migration 0002 upgrades studies made before it, and
-0005 refuses to downgrade a database holding gradient-oracle studies."""
+"""The modeler's models match its migrated schema, migrations 0002 and 0008 upgrade studies made before
+them, and 0005 / 0008 refuse to downgrade a database holding gradient-oracle studies / supersessions."""
 
 from __future__ import annotations
 
@@ -52,3 +52,39 @@ def test_a_gradient_oracle_study_blocks_a_downgrade_below_0005(client: Any, app:
     with db.engine.connect() as conn:
         row = conn.execute(text("SELECT release_id, gradient_oracle_id, theta FROM modeler_studies")).one()
     assert row[0] is None and row[1] == 1
+
+
+def test_studies_before_0008_upgrade_without_supersessions(client: Any, app: Any) -> None:
+    from tests.modeler_service.conftest import study_body
+    from tests.modeler_service.test_studies import wait_for
+
+    study = client.post("/v1/studies", json=study_body(iterations=2)).json()
+    assert client.post(f"/v1/studies/{study['id']}/run").status_code == 202
+    assert wait_for(client, study["id"], {"done", "failed"})["status"] == "done"
+    db = app.state.components.ctx.db
+    db.engine.dispose()
+    run_migrations(db.engine, alembic_config(), revision="0007", downgrade=True)
+    upgrade(db.engine)
+    with db.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT awaits_measurements, supersessions_done, supersessions_head FROM modeler_studies")
+        ).one()
+    assert (bool(row[0]), row[1], row[2]) == (False, 0, "0" * 64)
+    verified = client.get(f"/v1/studies/{study['id']}/audit/verify").json()
+    assert (verified["ok"], verified["entries"], verified["supersessions"]) == (True, 2, 0)
+
+
+def test_a_recorded_supersession_blocks_a_downgrade_below_0008(client: Any, app: Any, curator: Any) -> None:
+    import pytest
+
+    from tests.modeler_service.test_supersessions import audit, measured_study, sync
+
+    sid = measured_study(client, curator, iterations=2)
+    curator.supersede(audit(client, sid)["entries"][0]["curator_query_id"], 0.5)
+    assert sync(client, sid)["recorded"] == 1
+    db = app.state.components.ctx.db
+    db.engine.dispose()
+    with pytest.raises(RuntimeError, match="1 supersessions"):
+        run_migrations(db.engine, alembic_config(), revision="0007", downgrade=True)
+    upgrade(db.engine)  # still at head
+    assert client.get(f"/v1/studies/{sid}/audit/verify").json()["ok"]

@@ -143,3 +143,30 @@ def test_random_uniform_over_unqueried_rows_reproducible_with_a_seed(
     assert sorted(rows[0]) == list(range(12))  # every row once: never a repeat
     assert rows[0] == rows[1]  # the same test seed (study_body's): the same draws
     assert details["source"] == "random" and details["candidates"] == 12
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"), [("gp-ucb", {"initial_points": 3}), ("gp-bucb", {"batch_size": 4})]
+)
+def test_a_row_the_grant_cannot_afford_is_excluded_and_the_study_goes_on(
+    settings: Settings, strategy: str, params: dict[str, Any]
+) -> None:
+    """A refusal for good (409 ``row-unaffordable``, nothing charged) excludes the row with every row the
+    curator lists, and the study runs to done; a refusal inside a batch keeps the answers before it."""
+    curator = FakeCurator(seed=4)
+    curator.unaffordable = set(range(0, 200, 2))  # every even row: refused
+    with TestClient(make_app(settings, curator), headers=AUTH) as client:
+        study = client.post("/v1/studies", json=body(strategy, 12, **params)).json()
+        step = client.post(f"/v1/studies/{study['id']}/step")  # the first choice may be refused: re-planned
+        assert step.status_code == 200, step.text
+        assert client.post(f"/v1/studies/{study['id']}/run").status_code == 202
+        done = wait_for(client, study["id"], {"done", "failed"})
+        assert (done["status"], done["iterations_done"]) == ("done", 12), done
+        rows = [e["index"] for e in client.get(f"/v1/studies/{study['id']}/audit").json()["entries"]]
+        verify = client.get(f"/v1/studies/{study['id']}/audit/verify").json()
+    assert all(i % 2 == 1 for i in rows) and len(set(rows)) == 12 and verify["ok"]
+    assert curator.charged() == 12  # refusals charged nothing
+    assert [int(q["index"]) for q in curator.queries] == rows
+    refused = [r for r in curator.requests if r.method == "POST" and r.url.path.endswith("/queries")]
+    assert len(refused) - 12 >= 1  # at least one refusal happened ...
+    assert sum(r.url.path.endswith("/exclusions") for r in curator.requests) <= len(refused) - 12  # ... once

@@ -123,7 +123,7 @@ def test_step_records_an_observation(client: TestClient, curator: FakeCurator) -
     assert curator.queries[0]["idempotency_key"] == f"{study['id']}:1"
     after = client.get(f"/v1/studies/{study['id']}").json()
     assert after["status"] == "ready" and after["iterations_done"] == 1
-    assert after["best"] == {"index": step["index"], "y": step["y"]}
+    assert after["best"] == {"index": step["index"], "y": step["y"], "noisy": False}  # a raw grant
 
 
 def test_run_to_completion_beats_random_and_never_repeats(client: TestClient, curator: FakeCurator) -> None:
@@ -194,7 +194,7 @@ def test_manual_step_returns_pending_and_completes_by_itself(
     assert client.get(f"/v1/studies/{study['id']}").json()["status"] == "awaiting_measurement"
     curator.post_result(step["curator_query_id"], 1.5)
     s = wait_for(client, study["id"], {"ready"})
-    assert s["iterations_done"] == 1 and s["best"] == {"index": step["index"], "y": 1.5}
+    assert s["iterations_done"] == 1 and s["best"] == {"index": step["index"], "y": 1.5, "noisy": False}
 
 
 def test_crash_between_answer_and_commit_does_not_charge_twice(
@@ -313,6 +313,8 @@ def test_restart_rebuilds_from_the_database(tmp_path: Path, settings: Settings, 
             "ok": True,
             "entries": 6,
             "first_bad_seq": None,
+            "supersessions": 0,
+            "first_bad_supersession_seq": None,
         }
     assert curator.charged() == 6
     assert [q["id"] for q in curator.queries] == [e["curator_query_id"] for e in entries]

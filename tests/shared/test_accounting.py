@@ -63,3 +63,25 @@ def test_equal_charges_composed_together_match_one_by_one_and_are_remembered() -
     assert pld_composition(list(charges), 15e-6) == got
     assert accounting._pld_composition.cache_info().hits == before + 1
     assert isinstance(charges[0].event(), dp_accounting.GaussianDpEvent)
+
+
+def test_many_gaussian_charges_compose_in_closed_form_as_the_pld_accountant_does() -> None:
+    """Gaussian charges compose exactly to one Gaussian (mu = sqrt(sum mu_i^2)): the ledger's epsilon is that
+    mechanism's, in closed form, and agrees with dp_accounting's PLD accountant composing them one by one."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    charges = [gaussian_charge(1.0, 1e-6)] * 12 + [Charge(1.0, 1e-6, {"kind": "gdp", "mu": 0.5})] * 5
+    total_delta = 17e-6
+    composed = pld_composition(charges, total_delta)
+    accountant = pld_privacy_accountant.PLDAccountant()
+    for charge in charges:
+        accountant.compose(charge.event())  # type: ignore[arg-type]
+    assert composed == pytest.approx(accountant.get_epsilon(total_delta), rel=5e-3)
+    mu = math.sqrt(sum(1 / c.event().noise_multiplier ** 2 for c in charges))  # type: ignore[union-attr]
+    assert composed == pytest.approx(get_epsilon_gaussian(1 / mu, total_delta), rel=1e-6)
+    assert isinstance(charges[0].event(), dp_accounting.GaussianDpEvent)
+    # 1000 charges: composed as one (the ledger of an audit's releases reads in milliseconds)
+    assert pld_composition([gaussian_charge(4.0, 1e-5, d=2)] * 1000, 1e-2) == pytest.approx(
+        get_epsilon_gaussian(1 / (math.sqrt(1000) / calibrate(4.0, 1e-5, 2).noise_multiplier), 1e-2), rel=1e-6
+    )

@@ -17,7 +17,10 @@ router = APIRouter(tags=["access log"])
 @router.get(
     "/v1/access-log",
     response_model=AccessLogPublic,
-    summary="Authenticated (and rejected) /v1 requests, oldest first (admin)",
+    summary="Authenticated (and rejected) /v1 requests and console actions, oldest first (admin)",
+    description="Every /v1 request, and every action of the browser console (a POST: an upload, a "
+    "release, a partner created, changed or revoked, a token created or revoked, a grant, a measurement, a "
+    "gradient oracle, a sign-in) with the operator's console session as its actor. Never a body.",
     responses={401: {"description": "Missing or invalid token."}, 403: {"description": "Not the admin."}},
 )
 def access_log(

@@ -33,6 +33,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=DatasetPublic,
     summary="Upload a CSV dataset (streamed; header row required)",
+    description="The file is streamed to disk and parsed in chunks by `POBO_CURATOR_CSV_PARSE_WORKERS` "
+    "processes; the features (and the outcome column) are stored as float64 arrays, an `id_column`'s ids "
+    "apart. **Expected time:** about half a minute to a minute per GB of CSV on a 2-CPU server, plus the "
+    "transfer. Measured on such a machine over the loopback: a 159 MB file (800,000 rows, 10 features, an "
+    "id column) took 3.7-5.3 s when the machine was otherwise idle (23-33 s per GB; 3.8-4.1 s without "
+    "the id column) and 8-12 s while other jobs kept both CPUs busy (52-76 s per GB). Over a network add "
+    "the transfer (1 GB at 100 Mbit/s: about 80 s). The console's upload form shows the transfer's "
+    "progress. A file that is not comma-separated (semicolons, tabs) is refused with a 422 that names the "
+    "delimiter it seems to use.",
     responses={
         **_ERRORS,
         413: {
@@ -46,7 +55,13 @@ def create_dataset(
     _admin: AdminDep,
     session: SessionDep,
     components: ComponentsDep,
-    file: Annotated[UploadFile, File(description="CSV, UTF-8, comma-separated, header row first.")],
+    file: Annotated[
+        UploadFile,
+        File(
+            description="CSV, UTF-8, comma-separated, header row first (a semicolon- or tab-separated file "
+            "is refused with a 422 that says so)."
+        ),
+    ],
     name: Annotated[str, Form(min_length=1, max_length=200, examples=["diabetes-cohort-2024"])],
     features: Annotated[
         str | None,
@@ -131,6 +146,17 @@ def create_dataset(
             examples=[1],
         ),
     ] = 1,
+    id_column: Annotated[
+        str | None,
+        Form(
+            min_length=1,
+            max_length=200,
+            description="Column of sample ids (text, non-empty, unique, at most 200 bytes): kept by the "
+            "curator so the lab sees which sample each query is about (`GET /v1/queries`), left out of the "
+            "features, never released, never shown to a partner.",
+            examples=["sample_id"],
+        ),
+    ] = None,
 ) -> DatasetPublic:
     upload = dataset_service.DatasetUpload(
         name=name,
@@ -144,6 +170,7 @@ def create_dataset(
         population=population,
         acknowledge_distinct_people=acknowledge_distinct_people,
         rows_per_person=rows_per_person,
+        id_column=id_column,
     )
     dataset = dataset_service.create_dataset(
         session,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Request, Response
+from fastapi import Query as QueryParam
 from fastapi.concurrency import run_in_threadpool
 
 from curator_service.api.deps import (
@@ -21,10 +23,13 @@ from curator_service.api.deps import (
     partner_in_session,
 )
 from curator_service.api.lanes import TRIED_IN_CORE, answer_core
+from curator_service.models import Query
 from curator_service.schemas import query_public
 from curator_service.services import queries as query_service
+from curator_service.services.queries import QueryView
 from shared.protocol.schemas import QueriesPublic, QueryCreate, QueryLogVerification, QueryPublic, QueryResult
 from shared.servicekit.db import transaction
+from shared.servicekit.write_gate import WriteGate
 
 router = APIRouter(tags=["queries"])
 
@@ -99,6 +104,9 @@ async def create_query(
                 idempotency_key,
                 state.get("access_log"),  # written with the answer (one commit)
             )
+            if replayed and isinstance(query, Query):  # a replay shows the supersessions since
+                view = query_service.view_of(session, partner, query)
+                return _json(query_public(query, corrections=view.corrections)), replayed
             return _json(query_public(query)), replayed
 
     # Serialised in the worker thread into the JSON FastAPI would send for the ``QueryPublic`` (it would
@@ -116,12 +124,24 @@ def _json(query: QueryPublic) -> bytes:
     "/v1/releases/{release_id}/queries",
     response_model=QueriesPublic,
     summary="Queries of a release in creation order (admin: all; partner: its own)",
+    description="A partner's complete queries count as delivered to it from this answer on (see "
+    "`POST /v1/queries/{id}/corrections`).",
     responses=_ERRORS,
 )
-def list_queries(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> QueriesPublic:
-    queries = query_service.list_queries(session, principal, release_id)
-    view = [query_public(q, admin=principal.is_admin) for q in queries]
+async def list_queries(release_id: RowId, principal: PrincipalDep, request: Request) -> QueriesPublic:
+    db = components_of(request).db
+    found = await run_in_threadpool(query_service.query_list, db, principal, release_id)
+    if found.undelivered:  # record the delivery, admitted as a writer (``write_gate``)
+        gate: WriteGate = request.app.state.write_gate
+        found = await gate.run_sync(
+            partial(query_service.query_list, db, principal, release_id, deliver=True)
+        )
+    view = [_public(v, principal.is_admin) for v in found.views]
     return QueriesPublic(queries=view, count=len(view))
+
+
+def _public(view: QueryView, admin: bool) -> QueryPublic:
+    return query_public(view.query, admin=admin, corrections=view.corrections)
 
 
 @router.get(
@@ -146,24 +166,30 @@ def verify_queries(release_id: RowId, principal: PrincipalDep, session: SessionD
     "/v1/queries/{query_id}",
     response_model=QueryPublic,
     summary="One query; `wait` long-polls until it is complete",
+    description="The first answer that sends a partner its query complete records the delivery "
+    "(`delivered_at`): from then on a changed value is a supersession, listed in `corrections`.",
     responses=_ERRORS,
 )
 async def get_query(
     query_id: RowId,
     principal: PrincipalDep,
     components: ComponentsDep,
+    request: Request,
     wait: Annotated[
-        float, Query(ge=0, le=300, description="Seconds to wait for completion (capped by the server).")
+        float, QueryParam(ge=0, le=300, description="Seconds to wait for completion (capped by the server).")
     ] = 0.0,
 ) -> QueryPublic:
     deadline = time.monotonic() + min(wait, components.settings.max_wait_seconds)
     while True:
-        query = await run_in_threadpool(
+        view = await run_in_threadpool(
             query_service.read_query, components.db, components.store, principal, query_id
         )
         remaining = deadline - time.monotonic()
-        if query.status == "complete" or remaining <= 0:
-            return query_public(query, admin=principal.is_admin)
+        if view.query.status == "complete" or remaining <= 0:
+            if query_service.needs_delivery(principal, view.query):
+                gate: WriteGate = request.app.state.write_gate
+                view = await gate.run_sync(query_service.deliver, components.db, principal, query_id)
+            return _public(view, principal.is_admin)
         await asyncio.sleep(min(_POLL_SECONDS, remaining))
 
 
@@ -171,7 +197,13 @@ async def get_query(
     "/v1/queries/{query_id}/result",
     response_model=QueryPublic,
     summary="Post the measured outcome of a pending `manual` query (admin)",
-    responses={**_ERRORS, 409: {"description": "Already complete, or not a manual dataset."}},
+    responses={
+        **_ERRORS,
+        409: {
+            "description": "Already complete (change a posted value with "
+            "`POST /v1/queries/{id}/corrections`), or not a manual dataset."
+        },
+    },
 )
 def post_result(query_id: RowId, body: QueryResult, _admin: AdminDep, session: SessionDep) -> QueryPublic:
     return query_public(query_service.post_result(session, query_id, body.y), admin=True)

@@ -11,7 +11,14 @@ from fastapi.responses import FileResponse, Response
 from curator_service.api.deps import AdminDep, ComponentsDep, PrincipalDep, RowId, SessionDep
 from curator_service.schemas import release_detail, release_public
 from curator_service.services import releases as release_service
-from shared.protocol.schemas import ReleaseCreate, ReleaseDetail, ReleasePublic, ReleaseRows, ReleasesPublic
+from shared.protocol.schemas import (
+    ReleaseCreate,
+    ReleaseDetail,
+    ReleasePublic,
+    ReleaseRows,
+    ReleasesPublic,
+    RowExclusions,
+)
 
 router = APIRouter(tags=["releases"])
 
@@ -146,3 +153,18 @@ def release_rows(
     rows, first = release_service.release_rows(components.store, release, offset, limit)
     body = json.dumps({"rows": rows, "sha256": release.sha256, "offset": first, "n": release.n})
     return Response(body, media_type="application/json", headers=headers)
+
+
+@router.get(
+    "/v1/releases/{release_id}/exclusions",
+    response_model=RowExclusions,
+    summary="Rows this grant can no longer be answered about (partner)",
+    description="The rows of the release whose person's output allotment under the caller's grant "
+    "(`max_epsilon_per_row`) leaves no room for one more charged answer: a query of one of them is refused "
+    "with 409 and `Pobo-Error-Code: row-unaffordable`, nothing charged. The modeler reads it so that its "
+    "strategies never choose such a row. It depends only on the curator's settings and this grant's own "
+    "answers, never on another partner's queries. Empty for a grant with raw answers or without a cap.",
+    responses={**_ERRORS, 403: {"description": "An admin token: the list is a partner grant's own."}},
+)
+def release_exclusions(release_id: RowId, principal: PrincipalDep, session: SessionDep) -> RowExclusions:
+    return release_service.row_exclusions(session, principal, release_id)

@@ -11,13 +11,16 @@ import asyncio
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
 from modeler_service.api.deps import ComponentsDep, PrincipalDep, SessionDep
 from modeler_service.federations import access, service
+from modeler_service.federations.instances import InstanceTracker
 from modeler_service.models import utcnow
 from shared.protocol.schemas.federations import (
+    AGENT_INSTANCE_HEADER,
+    AGENT_INSTANCE_PATTERN,
     AgentCreate,
     AgentCreated,
     FederationCreate,
@@ -36,6 +39,29 @@ _POLL_SECONDS = 0.1
 
 FederationId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$")]
 RoundNumber = Annotated[int, Path(ge=1, le=1_000_000)]
+
+
+async def _instance_warning(
+    request: Request,
+    principal: PrincipalDep,
+    instance: Annotated[
+        str | None,
+        Header(
+            alias=AGENT_INSTANCE_HEADER,
+            pattern=AGENT_INSTANCE_PATTERN,
+            description="An agent process's random id (new at each start): the coordinator warns (the "
+            "answer's `warning`) when two processes of one agent alternate.",
+        ),
+    ] = None,
+) -> str | None:
+    """The warning for an agent whose token two processes use at once (``federations.instances``)."""
+    if principal.kind != "agent" or principal.agent_id is None or instance is None:
+        return None
+    tracker: InstanceTracker = request.app.state.agent_instances
+    return tracker.heard(str(principal.federation_id), principal.agent_id, instance)
+
+
+InstanceWarning = Annotated[str | None, Depends(_instance_warning)]
 
 _ERRORS: dict[int | str, dict[str, str]] = {
     403: {"description": "An agent token where the modeler token is needed, or the reverse"},
@@ -118,9 +144,10 @@ def start(
     responses=_ERRORS,
 )
 def get_federation(
-    federation_id: FederationId, principal: PrincipalDep, session: SessionDep
+    federation_id: FederationId, principal: PrincipalDep, session: SessionDep, warning: InstanceWarning
 ) -> FederationPublic:
-    return service.get_federation(session, principal, federation_id)
+    public = service.get_federation(session, principal, federation_id)
+    return public.model_copy(update={"warning": warning}) if warning else public
 
 
 @router.post(
@@ -146,6 +173,7 @@ def submit(
     principal: PrincipalDep,
     session: SessionDep,
     response: Response,
+    warning: InstanceWarning,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> SubmissionAccepted:
     """One submission per agent per round, accepted before the round's deadline. It leaves a receipt
@@ -162,7 +190,7 @@ def submit(
     )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return accepted
+    return accepted.model_copy(update={"warning": warning}) if warning else accepted
 
 
 @router.get(
@@ -182,6 +210,7 @@ async def get_round(
     principal: PrincipalDep,
     components: ComponentsDep,
     request: Request,
+    warning: InstanceWarning,
     wait: Annotated[
         float,
         Query(ge=0, le=600, description="Seconds to wait for the round to close (capped by the server)."),
@@ -193,7 +222,7 @@ async def get_round(
         rnd = await run_in_threadpool(service.read_round_tx, ctx.db, principal, federation_id, number)
         remaining = deadline - time.monotonic()
         if rnd.status == "closed" or remaining <= 0:
-            return rnd
+            return rnd.model_copy(update={"warning": warning}) if warning else rnd
         if rnd.deadline <= utcnow():  # the closer has not come by yet: close it now (once, guarded)
             # a write from a GET: admitted like any writer (``servicekit.write_gate``)
             gate = request.app.state.write_gate

@@ -10,12 +10,13 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from modeler_service import results, runner, service
+from modeler_service import results, runner, service, supersessions
 from modeler_service.api.deps import ComponentsDep, ContextDep, SessionDep
 from modeler_service.api.lanes import step_json
 from modeler_service.db import transaction
 from modeler_service.schemas import (
     AuditLog,
+    AuditSync,
     AuditVerification,
     RunAccepted,
     RunRequest,
@@ -60,8 +61,8 @@ def list_studies(session: SessionDep) -> StudiesPublic:
 
 
 @router.get("/{study_id}", summary="A study: status, progress, best row", responses=_ERRORS)
-def get_study(study_id: str, session: SessionDep) -> StudyPublic:
-    return service.to_public(service.get_study(session, study_id))
+def get_study(study_id: str, session: SessionDep, ctx: ContextDep) -> StudyPublic:
+    return service.study_detail(session, ctx, study_id)
 
 
 @router.patch(
@@ -165,7 +166,30 @@ def audit(
     responses=_ERRORS,
 )
 def verify(study_id: str, session: SessionDep) -> AuditVerification:
+    """Both chains of the audit log: the entries' and the supersessions'; ``ok`` only if both verify."""
     return results.verify_audit(session, study_id)
+
+
+@router.post(
+    "/{study_id}/audit/sync",
+    summary="Record the curator's supersessions of the study's values now",
+    responses={
+        **_ERRORS,
+        422: {"description": "The curator refused the study's partner token"},
+        502: {"description": "The curator failed"},
+    },
+)
+def sync_audit(study_id: str, ctx: ContextDep) -> AuditSync:
+    """Asks the curator for the supersessions of the study's queries (``GET /v1/releases/{id}/corrections``
+    with the study's partner token: values the study had been sent that the lab changed since) and records
+    each one the audit log lacks, beside the entry it supersedes, in one transaction; a repeat records
+    nothing more. The strategy uses the new values from its next round. The runner does the same after
+    every round that waited for a measurement; this is for a change made later (and for ``pobo
+    reconcile``). A study that asks no release's queries has none (``recorded`` 0).
+    """
+    with transaction(ctx.db, write=False) as session:
+        study = service.get_study(session, study_id)
+    return supersessions.sync_supersessions(ctx, study)
 
 
 @router.get(

@@ -255,6 +255,11 @@ class Strategy(ABC, Generic[RequestT, AnswerT, P]):
     #: (``GradientDomain``; ``gradient_oracle_id``).
     runs_on: ClassVar[RunsOn] = "release"
 
+    #: [n] True for the rows the strategy must not choose: the rows the curator can no longer answer under
+    #: the study's grant (its output allotment for their person is used up), set by the modeler with
+    #: ``exclude_rows``. Not part of the state (the modeler sets it again after a rebuild); None: no row.
+    unavailable: npt.NDArray[np.bool_] | None = None
+
     def __init__(self, Z: Any, params: P, state: Mapping[str, Any]) -> None:
         self.Z = np.ascontiguousarray(Z, dtype=np.float64)
         if self.Z.ndim != 2 or self.Z.shape[0] < 1:
@@ -307,6 +312,17 @@ class Strategy(ABC, Generic[RequestT, AnswerT, P]):
         not fit the oracle's domain (checked when the study is created). Default: nothing to check."""
         return None
 
+    def exclude_rows(self, rows: npt.NDArray[np.bool_] | None) -> None:
+        """From now on never choose the rows where ``rows`` [n] is True (None or none True: every row may be
+        chosen). Row strategies honour ``unavailable`` in ``plan``; gradient strategies choose no rows."""
+        if rows is None or not np.any(rows):
+            self.unavailable = None
+            return
+        mask = np.asarray(rows, dtype=bool)
+        if mask.shape != (self.n,):
+            raise InputDataError(f"rows to exclude must be a mask over the {self.n} rows, got {mask.shape}")
+        self.unavailable = mask.copy()
+
     @abstractmethod
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RequestT]:
         """The next round: between 1 and ``budget`` requests (``budget`` >= 1 queries are left).
@@ -322,6 +338,12 @@ class Strategy(ABC, Generic[RequestT, AnswerT, P]):
         """What the answers of a round add to their audit entries, computed *without* changing the state
         (the modeler records them before ``observe``). Default: nothing, and no point."""
         return RoundOutcome(details=tuple({} for _ in answers))
+
+    def posterior_mean(self, index: int) -> float | None:
+        """The strategy's posterior mean of the objective at row ``index`` given every answer observed, or
+        None when it keeps no model (the default). Under output privacy the answers are noisy, and this is
+        the study's estimate of the best row's true outcome."""
+        return None
 
     def point(self) -> tuple[float, ...] | None:
         """The strategy's current point in its domain (gradient strategies: theta); None for row strategies,

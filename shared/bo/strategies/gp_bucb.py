@@ -151,6 +151,8 @@ class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
         mean = gp.mean()  # mu_fb: fixed for the whole round
         hallucinated = HallucinatedVariance(gp, size)
         excluded = engine.queried if engine.exclude_queried else np.zeros(self.n, dtype=bool)
+        if self.unavailable is not None:
+            excluded |= self.unavailable
         hp = engine.hyperparameters.as_dict()
         requests: list[RowRequest] = []
         for j in range(size):
@@ -159,9 +161,13 @@ class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
             ucb = UCB.of(mean, hallucinated.std(), beta, scale=math.sqrt(beta))
             ucb.exclude(excluded)
             index, source = ucb.choose(self.initial, t - 1, "gp-bucb")  # first maximum: ties -> smallest
+            if source == "initial" and excluded[index]:  # an initial row the grant cannot answer: skipped
+                index, source = ucb.argmax(), "gp-bucb"
             if source != "initial" and not np.isfinite(ucb.values[index]):
                 if j == 0:
-                    raise StrategyError(f"every one of the {self.n} candidates has been queried already")
+                    raise StrategyError(
+                        f"every one of the {self.n} candidates has been queried already or is excluded"
+                    )
                 break  # fewer rows left than the batch: a shorter round
             details = ucb.details(
                 index, source=source, hyperparameters=hp, position=j, batch_size=params.batch_size

@@ -159,19 +159,26 @@ class GPUCB:
         """beta_t of the t-th observation: ``beta_scale`` times GP-UCB's (``gp_ucb_beta``)."""
         return self.beta_scale * gp_ucb_beta(self.n, t, self.delta_prime)
 
-    def _exclude(self, ucb: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def _exclude(
+        self, ucb: npt.NDArray[np.float64], unavailable: npt.NDArray[np.bool_] | None = None
+    ) -> npt.NDArray[np.float64]:
         if self.exclude_queried:
             ucb[self.gp.indices] = -np.inf  # the queried rows: t indices, not a mask over n
+        if unavailable is not None:
+            ucb[unavailable] = -np.inf
         return ucb
 
-    def suggest(self) -> Suggestion:
+    def suggest(self, unavailable: npt.NDArray[np.bool_] | None = None) -> Suggestion:
+        """The next row: the first UCB maximum among the rows neither queried (with ``exclude_queried``) nor
+        ``unavailable`` [n]."""
         t = self.gp.t + 1
         beta = self.beta(t)
         # computed by the last observe's pass over n when no refit came after it (``observe``)
-        ucb = self._exclude(self.gp.ucb_values(math.sqrt(beta)))
+        ucb = self._exclude(self.gp.ucb_values(math.sqrt(beta)), unavailable)
         i = first_argmax(ucb)  # first maximum: deterministic tie-breaking by smallest index
         if not np.isfinite(ucb[i]):
-            raise StrategyError(f"every one of the {self.n} candidates has been queried already")
+            excluded = "" if unavailable is None else " or is excluded under the study's grant"
+            raise StrategyError(f"every one of the {self.n} candidates has been queried already{excluded}")
         mean, std = self.gp.posterior_at(i)
         return Suggestion(index=i, acquisition=float(ucb[i]), beta=beta, mean=mean, std=std, t=t)
 
@@ -331,11 +338,15 @@ class GPUCBStrategy(Strategy[RowRequest, Answer, UCBParamsT]):
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         t = self.engine.gp.t  # observations so far
-        if t < len(self.initial):
+        blocked = self.unavailable
+        if t < len(self.initial) and (blocked is None or not blocked[self.initial[t]]):
             index = self.initial[t]
             return [RowRequest(index, row_details(self.engine, index, source="initial"))]
-        s = self.engine.suggest()
+        s = self.engine.suggest(blocked)
         return [RowRequest(s.index, row_details(self.engine, s.index, source="gp-ucb"))]
+
+    def posterior_mean(self, index: int) -> float | None:
+        return self.engine.gp.posterior_at(int(index))[0]
 
     def observe(self, answers: Sequence[Answer]) -> None:
         for answer in answers:

@@ -48,9 +48,11 @@ class RandomRowsStrategy(Strategy[RowRequest, Answer, RandomParams]):
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         if budget < 1:
             raise InputDataError(f"budget must be >= 1, got {budget}")
-        left = np.flatnonzero(~self._queried)
+        free = ~self._queried if self.unavailable is None else ~(self._queried | self.unavailable)
+        left = np.flatnonzero(free)
         if left.size == 0:
-            raise StrategyError(f"every one of the {self.n} candidates has been queried already")
+            excluded = "" if self.unavailable is None else " or is excluded under the study's grant"
+            raise StrategyError(f"every one of the {self.n} candidates has been queried already{excluded}")
         index = int(left[int(rng.integers(left.size))])
         return [RowRequest(index, {"source": "random", "candidates": int(left.size)})]
 

@@ -19,6 +19,7 @@ from shared.protocol.client.endpoints import API
 from shared.protocol.client.errors import CURATOR_ERRORS, Ledger, QueryWaitTimeout
 from shared.protocol.schemas import (
     AccessLogPublic,
+    CorrectionsPublic,
     DatasetPublic,
     DatasetsPublic,
     GradientOraclePublic,
@@ -26,6 +27,7 @@ from shared.protocol.schemas import (
     GradientStepResult,
     GradientStepsPublic,
     Health,
+    LabQueriesPublic,
     PartnerCreated,
     PartnerPublic,
     PartnersPublic,
@@ -36,6 +38,8 @@ from shared.protocol.schemas import (
     ReleaseDetail,
     ReleasePublic,
     ReleasesPublic,
+    ResultsPosted,
+    RowExclusions,
 )
 
 
@@ -77,13 +81,15 @@ class CuratorClient(ApiClient):
         population: str | None = None,
         acknowledge_distinct_people: bool = False,
         rows_per_person: int | None = None,
+        id_column: str | None = None,
     ) -> DatasetPublic:
         """Upload a CSV (streamed from disk) as a new dataset; admin only.
 
         Example: ``curator.upload_dataset("patients.csv", name="ward-3", objective="outcome",
         scaling={"age": 10.0}, epsilon_budget=10)``. ``acknowledge_distinct_people`` (with ``population``):
         these are other people than the upload their rows match; ``rows_per_person``: at most this many rows
-        of one person.
+        of one person; ``id_column``: the column of sample ids (kept by the curator for the lab, never a
+        feature).
         """
         form = {
             "objective": objective,
@@ -94,6 +100,7 @@ class CuratorClient(ApiClient):
             "population": population,
             "acknowledge_distinct_people": "true" if acknowledge_distinct_people else None,
             "rows_per_person": rows_per_person,
+            "id_column": id_column,
         }
         return self._call(
             API.upload_dataset, path=path, name=name, features=features, scaling=scaling, form=form
@@ -152,6 +159,11 @@ class CuratorClient(ApiClient):
     def get_release(self, release_id: int) -> ReleaseDetail | ReleasePublic:
         """A release's parameters (a partner gets ``ReleasePublic``, the admin ``ReleaseDetail``)."""
         return self._call(API.get_release, release_id=release_id)
+
+    def row_exclusions(self, release_id: int) -> RowExclusions:
+        """The rows of a granted release this partner token's grant can no longer be answered about (their
+        person's output allotment is used up; a query of one is a 409 with ``code == "row-unaffordable"``)."""
+        return self._call(API.row_exclusions, release_id=release_id)
 
     def download_release_rows(
         self, release_id: int, dest: str | os.PathLike[str], *, expected_sha256: str | None = None
@@ -271,8 +283,48 @@ class CuratorClient(ApiClient):
         return self._call(API.post_result, query_id=query_id, y=y)
 
     def list_queries(self, release_id: int) -> QueriesPublic:
-        """Queries of a release in creation order (admin: all; partner: its own)."""
+        """Queries of a release in creation order (admin: all; partner: its own, which count as delivered
+        from then on)."""
         return self._call(API.list_queries, release_id=release_id)
+
+    # -- the lab (admin) -------------------------------------------------------------------------------
+    def lab_queries(
+        self,
+        status: str = "pending",
+        *,
+        release_id: int | None = None,
+        dataset_id: int | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> LabQueriesPublic:
+        """Queries of ``manual`` datasets across releases (``status`` "pending": waiting for a measurement,
+        or "complete"), oldest first, each with its row's ``sample_id`` when the dataset has an id column."""
+        return self._call(
+            API.lab_queries,
+            status=status,
+            release_id=release_id,
+            dataset_id=dataset_id,
+            after_id=after_id,
+            limit=limit,
+        )
+
+    def post_results(self, path: str | os.PathLike[str], *, release_id: int | None = None) -> ResultsPosted:
+        """Post the measurements of a CSV (``y`` and one of ``query_id``, ``sample_id``, ``index``; optional
+        ``release_id``) in one transaction: a bad line is refused with its number, and nothing is posted."""
+        return self._call(API.post_results, path=path, release_id=release_id)
+
+    def correct_result(self, query_id: int, y: float, *, reason: str) -> QueryPublic:
+        """Change a posted measurement: replaced while no partner was sent it, superseded (both values kept,
+        the partner told through the query's ``corrections``) after. Not retried (a repeat is a second
+        change)."""
+        return self._call(API.correct_result, query_id=query_id, y=y, reason=reason)
+
+    def list_corrections(
+        self, release_id: int, *, after_id: int | None = None, limit: int | None = None
+    ) -> CorrectionsPublic:
+        """Changed values of a release's queries in the order recorded (admin: all, with reasons; partner:
+        the supersessions of its own queries, to record beside the first answers in its audit log)."""
+        return self._call(API.list_corrections, release_id=release_id, after_id=after_id, limit=limit)
 
     def verify_queries(self, release_id: int) -> QueryLogVerification:
         """Check the release's query-log hash chain on the curator (admin, or the granted partner)."""

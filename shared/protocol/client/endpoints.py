@@ -209,6 +209,35 @@ def _result(*, y: float) -> Parts:
     return Parts(json={"y": float(y)})
 
 
+def _correction(*, y: float, reason: str) -> Parts:
+    return Parts(json={"y": float(y), "reason": reason})
+
+
+def _lab_queries(
+    *, status: str, release_id: int | None, dataset_id: int | None, after_id: int | None, limit: int | None
+) -> Parts:
+    params = {
+        "status": status,
+        "release_id": release_id,
+        "dataset_id": dataset_id,
+        "after_id": after_id,
+        "limit": limit,
+    }
+    return Parts(params=_present(params))
+
+
+def _results(*, path: str | Path, release_id: int | None) -> Parts:
+    """``post_results``: the measurements' CSV streamed from disk, and the default release if given."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"no such CSV file: {file}")
+    return Parts(data=None if release_id is None else {"release_id": str(int(release_id))}, upload=file)
+
+
+def _corrections(*, after_id: int | None, limit: int | None) -> Parts:
+    return Parts(params=_present({"after_id": after_id, "limit": limit}))
+
+
 class API:
     """The table: every curator operation the client knows, by the name of its client method."""
 
@@ -230,6 +259,7 @@ class API:
     get_release = Endpoint("GET", "/v1/releases/{release_id}", release_model)
     release_rows = Endpoint("GET", "/v1/releases/{release_id}/rows", raw_bytes, accept=NPY_MEDIA_TYPE)
     list_releases = Endpoint("GET", "/v1/releases", model(schemas.ReleasesPublic))
+    row_exclusions = Endpoint("GET", "/v1/releases/{release_id}/exclusions", model(schemas.RowExclusions))
     list_dataset_releases = Endpoint(
         "GET", "/v1/datasets/{dataset_id}/releases", model(schemas.ReleasesPublic)
     )
@@ -254,6 +284,21 @@ class API:
         "POST", "/v1/queries/{query_id}/result", model(schemas.QueryPublic), _result, idempotent=False
     )
     list_queries = Endpoint("GET", "/v1/releases/{release_id}/queries", model(schemas.QueriesPublic))
+    # the lab (admin): the pending list, bulk results, corrections
+    lab_queries = Endpoint("GET", "/v1/queries", model(schemas.LabQueriesPublic), _lab_queries)
+    post_results = Endpoint(  # all or nothing, but a retry after a lost answer would be refused: no retry
+        "POST", "/v1/queries/results", model(schemas.ResultsPosted), _results, idempotent=False
+    )
+    correct_result = Endpoint(
+        "POST",
+        "/v1/queries/{query_id}/corrections",
+        model(schemas.QueryPublic),
+        _correction,
+        idempotent=False,
+    )
+    list_corrections = Endpoint(
+        "GET", "/v1/releases/{release_id}/corrections", model(schemas.CorrectionsPublic), _corrections
+    )
     verify_queries = Endpoint(
         "GET", "/v1/releases/{release_id}/queries/verify", model(schemas.QueryLogVerification)
     )

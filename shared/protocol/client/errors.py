@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from shared.errors import PoboError
+from shared.errors import ERROR_CODE_HEADER, PoboError
 from shared.protocol.schemas import (
     LedgerEntryPublic,
     LedgerPublic,
@@ -45,8 +45,10 @@ class ApiError(PoboError):
         method: str = "",
         path: str = "",
         retry_after: float | None = None,
+        code: str | None = None,
     ) -> None:
         self.status_code = status_code
+        self.code = code  # the answer's Pobo-Error-Code header: an error a client may act on by itself
         self.detail = detail
         self.method = method
         self.path = path
@@ -162,7 +164,12 @@ def _error_from(resp: httpx.Response, errors: ErrorFamily = CURATOR_ERRORS) -> A
     retry_after = _retry_after(resp.headers.get("retry-after"))
     if isinstance(body, dict) and "detail" in body:
         return errors.error(
-            resp.status_code, _detail_text(body["detail"]), method=method, path=path, retry_after=retry_after
+            resp.status_code,
+            _detail_text(body["detail"]),
+            method=method,
+            path=path,
+            retry_after=retry_after,
+            code=resp.headers.get(ERROR_CODE_HEADER),
         )
     kind = resp.headers.get("content-type", "").split(";")[0].strip() or "a body without a content type"
     return errors.protocol(

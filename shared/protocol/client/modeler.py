@@ -34,8 +34,10 @@ from shared.protocol.schemas import (
     RoundPublic,
     SubmissionAccepted,
 )
+from shared.protocol.schemas.federations import AGENT_INSTANCE_HEADER
 from shared.protocol.schemas.studies import (
     AuditLog,
+    AuditSync,
     AuditVerification,
     RunAccepted,
     StepResult,
@@ -56,6 +58,17 @@ class FederationClient(ApiClient):
     """
 
     errors = MODELER_ERRORS
+
+    def __init__(
+        self, base_url: str, token: str | None = None, *, instance_id: str | None = None, **kw: Any
+    ) -> None:
+        """``instance_id``: an agent process's random id, sent as ``Pobo-Agent-Instance`` on every request
+        (the coordinator warns, in an answer's ``warning``, when two processes use one agent token); the
+        other arguments are ``ApiClient``'s."""
+        super().__init__(base_url, token, **kw)
+        self.instance_id = instance_id
+        if instance_id is not None:
+            self._http.headers[AGENT_INSTANCE_HEADER] = instance_id
 
     # -- the modeler's operator ------------------------------------------------------------------------
     def create_federation(self, body: FederationCreate | dict[str, Any]) -> FederationPublic:
@@ -189,8 +202,13 @@ class ModelerClient(FederationClient):
         return self._call(ModelerAPI.audit_csv, study_id=study_id)
 
     def verify_audit(self, study_id: str) -> AuditVerification:
-        """Recompute the audit log's hash chain on the modeler."""
+        """Recompute the audit log's hash chains (entries, supersessions) on the modeler."""
         return self._call(ModelerAPI.verify_audit, study_id=study_id)
+
+    def sync_audit(self, study_id: str) -> AuditSync:
+        """Have the modeler record the curator's supersessions of the study's values now (safe to repeat:
+        each is recorded once)."""
+        return self._call(ModelerAPI.sync_audit, study_id=study_id)
 
     def plot_png(self, study_id: str) -> bytes:
         """Best value so far vs iteration, as a PNG."""

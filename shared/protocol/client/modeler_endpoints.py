@@ -154,6 +154,9 @@ class ModelerAPI:
     verify_audit = ModelerEndpoint(
         "GET", "/v1/studies/{study_id}/audit/verify", model(studies.AuditVerification, _M)
     )
+    sync_audit = ModelerEndpoint(  # each supersession is recorded once: safe to repeat
+        "POST", "/v1/studies/{study_id}/audit/sync", model(studies.AuditSync, _M), idempotent=True
+    )
     plot_png = ModelerEndpoint("GET", "/v1/studies/{study_id}/plot.png", _raw, accept="image/png")
 
 

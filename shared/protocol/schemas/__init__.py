@@ -7,8 +7,9 @@ contract (docs/api.md); fields only ever get added.
 Privacy split: ``ReleasePublic`` is what a partner (the modeler) may see; ``ReleaseDetail`` adds the
 curator-private diagnostics (``sigma_min``, ``lifted``, the scaling) and is only served to the curator's
 admin. One module per seam: ``common`` (types, bounds, scaling), ``budget`` (populations, ledger, privacy
-report), ``datasets``, ``releases``, ``access`` (partners, queries, health, access log),
-``gradients`` (DP-GIBO oracles), ``federations`` (the modeler's DP-FTS-DE coordinator and its agents).
+report), ``datasets``, ``releases``, ``access`` (partners, queries, health, access log), ``lab`` (the
+lab's pending list, bulk results and corrections), ``gradients`` (DP-GIBO oracles), ``federations`` (the
+modeler's DP-FTS-DE coordinator and its agents).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from shared.protocol.schemas.access import (
     AccessLogEntry,
     AccessLogPublic,
+    CorrectionKind,
     GrantCreate,
     OutputPrivacy,
     OutputPrivacyPublic,
@@ -25,6 +27,8 @@ from shared.protocol.schemas.access import (
     PartnersPublic,
     PartnerUpdate,
     QueriesPublic,
+    QueryCorrectionCreate,
+    QueryCorrectionPublic,
     QueryCreate,
     QueryLogVerification,
     QueryPublic,
@@ -92,6 +96,14 @@ from shared.protocol.schemas.gradients import (
     GradientStepResult,
     GradientStepsPublic,
 )
+from shared.protocol.schemas.lab import (
+    CorrectionsPublic,
+    LabQueriesPublic,
+    LabQueryPublic,
+    LabStatus,
+    PostedLine,
+    ResultsPosted,
+)
 from shared.protocol.schemas.releases import (
     NO_GUARANTEE_REASON,
     ReleaseCreate,
@@ -99,6 +111,7 @@ from shared.protocol.schemas.releases import (
     ReleasePublic,
     ReleaseRows,
     ReleasesPublic,
+    RowExclusions,
 )
 from shared.servicekit.health_schema import Health
 
@@ -108,6 +121,8 @@ __all__ = [
     "AgentCreate",
     "AgentCreated",
     "AgentPublic",
+    "CorrectionKind",
+    "CorrectionsPublic",
     "DELTA_MIN",
     "DatasetPublic",
     "DatasetsPublic",
@@ -134,6 +149,9 @@ __all__ = [
     "OutputPrivacy",
     "OutputPrivacyPublic",
     "ID_MAX",
+    "LabQueriesPublic",
+    "LabQueryPublic",
+    "LabStatus",
     "LedgerEntryPublic",
     "LedgerPublic",
     "LiftMode",
@@ -151,11 +169,14 @@ __all__ = [
     "OutputLedger",
     "OutputRowTotal",
     "PopulationBudget",
+    "PostedLine",
     "PopulationPublic",
     "PopulationsPublic",
     "PrivacyReport",
     "PrivacyRow",
     "QueriesPublic",
+    "QueryCorrectionCreate",
+    "QueryCorrectionPublic",
     "QueryCreate",
     "QueryLogVerification",
     "QueryPublic",
@@ -168,9 +189,11 @@ __all__ = [
     "ReleaseRows",
     "ReleasesPublic",
     "Request",
+    "ResultsPosted",
     "RoundPublic",
     "RoundStanding",
     "RoundStatus",
+    "RowExclusions",
     "RowId",
     "ScalingInfo",
     "ScalingKind",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -209,6 +210,33 @@ class QueryCreate(Request):
     index: int = Field(ge=0, le=ID_MAX, description="Row index (0-based) into the release.")
 
 
+CorrectionKind = Literal["correction", "supersession"]
+
+
+class QueryCorrectionPublic(BaseModel):
+    """A changed outcome of a completed query (``POST /v1/queries/{id}/corrections``).
+
+    ``correction``: the value was replaced before any partner was sent it (the partner only ever sees the
+    new one; shown to the admin alone). ``supersession``: the partner had been sent ``previous_y``; ``y``
+    is a new answer about the same person, recorded beside the old one in both parties' logs.
+    """
+
+    id: int
+    query_id: int
+    release_id: int
+    kind: CorrectionKind
+    previous_y: float = Field(description="The value replaced, as it was answered (privatised under CTL).")
+    y: float = Field(description="The new value, as answered (privatised afresh under CTL).")
+    charged_epsilon: float | None = Field(
+        description="Output epsilon the new answer cost its person: a supersession under output privacy is "
+        "one more answer (charged); null for a raw grant's supersession (unbounded) and for a correction "
+        "(no answer had been sent)."
+    )
+    created_at: datetime
+    chain_seq: int = Field(description="Its position in the release's query-log hash chain.")
+    reason: str | None = Field(default=None, description="Admin view only: the lab's reason for the change.")
+
+
 class QueryPublic(BaseModel):
     id: int
     release_id: int
@@ -230,6 +258,17 @@ class QueryPublic(BaseModel):
         default=None,
         description="Admin view only (null for a partner): answered with the partner's earlier noisy answer "
         "about the row (no fresh noise, no cost).",
+    )
+    corrections: list[QueryCorrectionPublic] = Field(
+        default_factory=list,
+        description="Changes of `y` after the query completed, oldest first; `y` above is the current value. "
+        "A partner sees its supersessions (values it had been sent, then replaced); the admin sees "
+        "corrections made before delivery too.",
+    )
+    delivered_at: datetime | None = Field(
+        default=None,
+        description="Admin view only: when a partner was first sent the query complete (until then a "
+        "posted value may be corrected; afterwards it can only be superseded).",
     )
 
 
@@ -260,13 +299,41 @@ class QueryResult(Request):
         return value
 
 
+class QueryCorrectionCreate(QueryResult):
+    """A new value for a completed ``manual`` query: the lab re-measured the sample, or a value was typed
+    wrong."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"y": 0.713, "reason": "typo: 0.731 entered for 0.713"}]},
+    )
+
+    y: float = Field(description="The corrected measured outcome (finite).")
+    reason: str = Field(
+        min_length=1,
+        max_length=500,
+        description="Why the value changes (kept in the curator's query log; never shown to the partner). "
+        "Do not put sample ids or other personal data here.",
+    )
+
+    @field_validator("reason")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("reason must not be blank: say why the value changes")
+        return value.strip()
+
+
 # ----------------------------------------------------------------------------------------- operations
 
 
 class AccessLogEntry(BaseModel):
     id: int
     at: datetime
-    actor: str = Field(description='"admin", "partner:<id>", or "anonymous" (a rejected token).')
+    actor: str = Field(
+        description='"admin", "partner:<id>", or "anonymous" (a rejected token or console sign-in); a '
+        'console action: "admin@console:<session tag>" (one tag per sign-in; the path is the console\'s).'
+    )
     partner_id: int | None
     method: str
     path: str

@@ -44,6 +44,11 @@ class DatasetPublic(BaseModel):
         default=False,
         description="The upload matched another population's people and the admin declared them distinct.",
     )
+    id_column: str | None = Field(
+        default=None,
+        description="The column of sample ids named at upload (`id_column`): the ids are kept by the curator "
+        "for the lab (`GET /v1/queries`), never a feature, never released.",
+    )
     created_at: datetime
 
 

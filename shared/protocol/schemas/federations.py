@@ -25,6 +25,17 @@ MAX_M = 5000
 MAX_AGGREGATE_VALUES = 200_000
 #: How far ahead of the modeler's clock ``first_round_at`` may be (``POST .../start``).
 MAX_FIRST_ROUND_DELAY = timedelta(hours=24)
+#: The header an agent process names itself with on every request (a random id per process, its
+#: "instance"): the coordinator tells a restarted agent (a new instance replaces the old one) from two
+#: processes running on one agent token (their requests alternate), and warns the second case.
+AGENT_INSTANCE_HEADER = "Pobo-Agent-Instance"
+#: What an instance id may be (``uuid4().hex`` in ``pobo agent run``).
+AGENT_INSTANCE_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
+_WARNING = (
+    "Set when the coordinator sees two processes of this agent using one agent token at once (their "
+    f"{AGENT_INSTANCE_HEADER} headers alternate): say which, and what to do. Null otherwise; a restarted "
+    "agent replacing its old process is not warned."
+)
 
 
 class TemperatureIn(Request):
@@ -166,6 +177,7 @@ class FederationPublic(BaseModel):
     region_counts: list[int] = Field(description="Cells per axis of the P equal-volume sub-regions.")
     agents: list[AgentPublic] | None = Field(description="The registered agents (modeler token only).")
     you: AgentPublic | None = Field(description="The calling agent (agent token only).")
+    warning: str | None = Field(default=None, description=_WARNING)
 
 
 class FederationsPublic(BaseModel):
@@ -197,6 +209,7 @@ class SubmissionAccepted(BaseModel):
     round_status: RoundStatus = Field(
         description="open: the round has not closed yet; closed: it closed with this submission in it."
     )
+    warning: str | None = Field(default=None, description=_WARNING)
 
 
 class RoundStanding(BaseModel):
@@ -226,3 +239,4 @@ class RoundPublic(BaseModel):
             "round closed before the modeler kept receipts)."
         ),
     )
+    warning: str | None = Field(default=None, description=_WARNING)

@@ -150,3 +150,27 @@ class ReleaseRows(BaseModel):
     sha256: str
     offset: int = 0
     n: int
+
+
+class RowExclusions(BaseModel):
+    """The rows of a release that the caller's grant can no longer be answered about (``GET
+    /v1/releases/{id}/exclusions``): their person's output allotment under this grant
+    (``max_epsilon_per_row``) leaves no room for one more charged answer. What it lists depends only on the
+    curator's settings and the grant's own answers, never on another partner's queries."""
+
+    release_id: int
+    n: int = Field(description="Rows in the release.")
+    excluded: list[int] = Field(
+        description="Row indices this grant cannot be answered about any more (empty when `only_allowed` "
+        "is set)."
+    )
+    only_allowed: list[int] | None = Field(
+        description="When not null, every row *not* listed here is excluded: no new person can afford an "
+        "answer (this grant's answers about the same people in the population's other datasets count "
+        "towards each person's bound); the listed rows have a cached answer, repeated at no charge."
+    )
+    max_epsilon_per_row: float | None = Field(
+        description="The grant's per-person allotment; null: no cap, nothing is ever excluded."
+    )
+    charged_epsilon: float | None = Field(description="What one answer costs its person; null: raw answers.")
+    statement: str = Field(description="The rule, in one paragraph.")

@@ -10,10 +10,16 @@ Content-Security-Policy can forbid everything else. What a page needs from the s
   sign-in page, anything else is a 403.
 * ``FormPost`` (a dependency, for every POST): the session, plus a CSRF check (token, Origin,
   Sec-Fetch-Site); it returns the parsed form.
+
+Who acted: :meth:`Console.actor_of` names the caller of a console request for a service's access log
+(``<operator>@console:<session tag>``, the tag a digest of the session id, so that the actions of one
+sign-in can be told apart; ``anonymous`` without a valid session). A successful sign-in names its new
+session in the request's state, so that the sign-in itself is logged as the operator's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +32,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescape
 from starlette.datastructures import FormData
+from starlette.requests import HTTPConnection
 
 from shared.servicekit.app import AuthFailures
 from shared.servicekit.console.auth import FLASH_SECONDS, SIGN_IN_FORM_SECONDS, ConsoleSession, SessionSigner
@@ -41,8 +48,13 @@ STATIC_DIR = KIT_DIR / "static"
 STATIC_FILES = {
     "console.css": "text/css",
     "htmx.min.js": "text/javascript",
+    "upload.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
+#: Methods of a console request that only reads (never written to an access log as an action).
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Where a console request's state names the session a sign-in just opened (``Console.actor_of``).
+ACTOR_STATE = "console_actor"
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -186,9 +198,11 @@ class Console:
         session_minutes: int,
         secure: bool,
         who: str,
+        operator: str = "operator",
         library_errors: Mapping[type[Exception], int] | None = None,
     ) -> None:
         self.service = service
+        self.operator = operator  # how an access log names the operator (the curator's "admin")
         self.title = title
         self.nav = list(nav)
         self.who = who
@@ -280,6 +294,35 @@ class Console:
             if parts.netloc != host:
                 raise ConsoleRefusal(403, "cross-site form posts are refused: use the console's own pages")
 
+    # ------------------------------------------------------------------------------------- who acted
+
+    @staticmethod
+    def is_action(scope: Mapping[str, Any]) -> bool:
+        """A console request that may change something (any method but GET, HEAD, OPTIONS)."""
+        path = str(scope.get("path", ""))
+        return (
+            scope.get("type") == "http"
+            and (path == "/console" or path.startswith("/console/"))
+            and str(scope.get("method", "GET")).upper() not in READ_METHODS
+        )
+
+    def session_actor(self, session: ConsoleSession) -> str:
+        """``<operator>@console:<tag>``: the tag is the first 8 hex digits of sha256(session id), the same
+        for every request of one sign-in (the id itself, part of what a cookie signs, is never logged)."""
+        tag = hashlib.sha256(session.sid.encode("utf-8")).hexdigest()[:8]
+        return f"{self.operator}@console:{tag}"
+
+    def actor_of(self, scope: Mapping[str, Any]) -> str:
+        """Who made a console request (read after it was answered): the session a sign-in opened, else the
+        session of the request's cookie, else ``anonymous`` (no session, a forged or expired one)."""
+        state = scope.get("state")
+        named = state.get(ACTOR_STATE) if isinstance(state, Mapping) else None
+        if isinstance(named, str):
+            return named
+        cookie = HTTPConnection(dict(scope)).cookies.get(self.signer.cookie_name)
+        session = self.signer.read(cookie)
+        return "anonymous" if session is None else self.session_actor(session)
+
     # ---------------------------------------------------------------------------------- sign in and out
 
     def _add_kit_routes(self) -> None:
@@ -311,7 +354,8 @@ class Console:
             failures: AuthFailures = request.app.state.auth_failures
             client = _client(request)
             if token and self.signer.is_operator_token(token):  # the operator is never locked out
-                cookie, _ = self.signer.new_session()
+                cookie, session = self.signer.new_session()
+                request.scope.setdefault("state", {})[ACTOR_STATE] = self.session_actor(session)
                 response = RedirectResponse(next_path, status_code=303)
                 self._set_cookie(response, self.signer.cookie_name, cookie, self.signer.max_age)
                 response.delete_cookie(self.signer.pre_cookie_name, path="/")

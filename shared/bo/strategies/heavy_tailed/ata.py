@@ -143,11 +143,14 @@ class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
             nystrom_eps=p.nystrom_eps, multiplier=p.beta_multiplier,
         )  # fmt: skip
 
+    def posterior_mean(self, index: int) -> float | None:
+        return float(self.mean[int(index)])
+
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         t = self.t + 1
         beta = self.beta()
         ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 1 line 4
-        index, source = ucb.choose(self.initial, t - 1, self.name)
+        index, source = ucb.choose(self.initial, t - 1, self.name, unavailable=self.unavailable)
         details = ucb.details(
             index,
             source=source,

@@ -220,6 +220,9 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
             multiplier=p.beta_multiplier,
         )  # fmt: skip
 
+    def posterior_mean(self, index: int) -> float | None:
+        return float(self.mean[int(index)])
+
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         if budget < 1:
             raise InputDataError(f"budget must be >= 1, got {budget}")
@@ -240,7 +243,7 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
                     f"every row has been played {cap} times (max_plays_per_row, the grant's per-person cap): "
                     "no row can take another epoch"
                 )
-        index, source = ucb.choose(self.initial, epoch - 1, self.name)
+        index, source = ucb.choose(self.initial, epoch - 1, self.name, unavailable=self.unavailable)
         base = ucb.details(
             index,
             source=source,

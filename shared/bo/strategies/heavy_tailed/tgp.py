@@ -155,7 +155,7 @@ class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
         t = self.t + 1
         beta = self.beta(t)
         ucb = UCB.of(self.gp.mean(), self.gp.std(), beta, scale=beta)  # Alg. 2 line 6: beta, not sqrt
-        index, source = ucb.choose(self.initial, t - 1, self.name)
+        index, source = ucb.choose(self.initial, t - 1, self.name, unavailable=self.unavailable)
         details = ucb.details(
             index,
             source=source,
@@ -165,6 +165,9 @@ class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
             lengthscale=self.kernel.lengthscale,
         )
         return [RowRequest(index, details)]
+
+    def posterior_mean(self, index: int) -> float | None:
+        return self.gp.posterior_at(int(index))[0]
 
     def observe(self, answers: Sequence[Answer]) -> None:
         idx, y = self._check(answers)
