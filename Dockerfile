@@ -18,6 +18,7 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY curator_service ./curator_service
 COPY modeler_service ./modeler_service
+COPY pobo ./pobo
 COPY migrations ./migrations
 RUN python -m venv /opt/pobo && /opt/pobo/bin/pip install --upgrade pip && /opt/pobo/bin/pip install -e /app
 WORKDIR /data

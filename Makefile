@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy shared curator_service modeler_service
+	$(BIN)/mypy shared curator_service modeler_service pobo
 
 docs: $(STAMP)
 	$(BIN)/pobo docs api

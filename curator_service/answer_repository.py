@@ -50,6 +50,7 @@ PARTNER_AND_GRANTED_RELEASE = (
         _R.c.dataset_id,
         _R.c.chain_count,
         _R.c.chain_head,
+        _R.c.erased_at,
         _D.c.population_id,
         _D.c.objective_mode,
         _D.c.noise_std,

@@ -25,6 +25,7 @@ __all__ = [
     "BadRequest",
     "Conflict",
     "Forbidden",
+    "Gone",
     "InvalidInput",
     "NotFound",
     "PayloadTooLarge",
@@ -43,6 +44,12 @@ class InvalidInput(ServiceError):
 
 class BadRequest(ServiceError):
     status_code = 400
+
+
+class Gone(ServiceError):
+    """The dataset behind the request was erased (``DELETE /v1/datasets/{id}``): its data will not return."""
+
+    status_code = 410
 
 
 class PayloadTooLarge(ServiceError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from curator_service.models import Dataset, Partner, Query, QueryCorrection, Release, utcnow
@@ -31,13 +31,13 @@ def lab_queries(
     """Queries of ``manual`` datasets with ``status``, oldest first, with their release, dataset and partner.
 
     Pending: the ones waiting for the lab's measurement; cached repeats (answered with the measurement of
-    the query they repeat) are left out."""
+    the query they repeat) are left out, and so are the queries of erased datasets."""
     stmt = (
         select(Query, Release, Dataset, Partner)
         .join(Release, Release.id == Query.release_id)
         .join(Dataset, Dataset.id == Release.dataset_id)
         .join(Partner, Partner.id == Query.partner_id)
-        .where(Query.status == status, Dataset.objective_mode == "manual")
+        .where(Query.status == status, Dataset.objective_mode == "manual", Dataset.erased_at.is_(None))
     )
     if status == "pending":
         stmt = stmt.where(Query.source_query_id.is_(None))
@@ -188,19 +188,30 @@ def list_corrections(
 
 
 def partner_links(session: Session, release_id: int, partner_id: int) -> list[tuple[int, str]]:
-    """(chain position, hash) of the release chain's links a partner is shown: its queries' and their
-    supersessions', in chain order."""
-    queries = select(Query.chain_seq, Query.hash).where(
-        Query.release_id == release_id, Query.partner_id == partner_id, Query.chain_seq.is_not(None)
+    """(chain position, hash) of the release chain's links a partner is shown, in chain order: those of its
+    queries whose value it was sent (a ``manual`` query's once delivered, and none whose value was replaced
+    before delivery). A link's hash covers every field of its payload, and the partner knows all of them
+    but the secret, so any secret of low entropy in a link it is shown could be confirmed by guessing: a lab
+    value not sent (yet, or ever: a correction's discarded value) has few digits, and a correction's link
+    covers the curator's reason (which may name a sample). So no correction's link is shown, not even a
+    supersession's: its values are in ``corrections``, the reason stays with the curator.
+    """
+    replaced = select(QueryCorrection.query_id).where(
+        QueryCorrection.release_id == release_id, QueryCorrection.kind == "correction"
     )
-    corrections = select(QueryCorrection.chain_seq, QueryCorrection.hash).where(
-        QueryCorrection.release_id == release_id,
-        QueryCorrection.partner_id == partner_id,
-        QueryCorrection.kind.in_(PARTNER_KINDS),
+    queries = (
+        select(Query.chain_seq, Query.hash)
+        .join(Release, Release.id == Query.release_id)
+        .join(Dataset, Dataset.id == Release.dataset_id)
+        .where(
+            Query.release_id == release_id,
+            Query.partner_id == partner_id,
+            Query.chain_seq.is_not(None),
+            or_(Query.delivered_at.is_not(None), Dataset.objective_mode != "manual"),
+            Query.id.not_in(replaced),
+        )
     )
-    links = [(int(s), str(h)) for s, h in session.execute(queries) if s is not None and h is not None]
-    links += [(int(s), str(h)) for s, h in session.execute(corrections)]
-    return sorted(links)
+    return sorted((int(s), str(h)) for s, h in session.execute(queries) if s is not None and h is not None)
 
 
 def first_delivery(queries: Sequence[Query]) -> datetime | None:

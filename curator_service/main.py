@@ -37,7 +37,9 @@ from curator_service.console import build_console
 from curator_service.console.upload_limit import UPLOAD_PATH as CONSOLE_UPLOAD_PATH
 from curator_service.console.upload_limit import ConsoleUploadLimit
 from curator_service.db import Database
+from curator_service.metrics import domain_series
 from curator_service.services import datasets as dataset_service
+from curator_service.services import erasure as erasure_service
 from curator_service.services import queries as query_service
 from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import authenticate
@@ -49,6 +51,7 @@ from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.console import Console
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
+from shared.servicekit.metrics import ServiceMetrics, install_metrics, metric_tokens
 from shared.servicekit.serving import configure_logging, reset_throttle
 from shared.servicekit.tokens import hash_token
 from shared.servicekit.write_gate import WriteGate, admission
@@ -273,6 +276,7 @@ def start_up(settings: Settings) -> None:
     try:
         db.migrate()
         store = ArrayStore(settings.data_dir)
+        erasure_service.sweep_erased(db, store)
         dataset_service.sweep_orphans(db, store, settings.orphan_min_age_seconds)
         query_service.recover_pending_queries(db, store)
     finally:
@@ -344,6 +348,7 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         BodyLimit, max_bytes=settings.max_json_bytes, exempt=["/v1/datasets", CONSOLE_UPLOAD_PATH]
     )
     app.add_middleware(AccessLogMiddleware, db=db, gate=gate, console=console)
+    metrics = ServiceMetrics(domain_series(db))
     add_access_guards(
         app,
         settings,
@@ -351,7 +356,9 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         worker=not run_start_up,  # the supervisor ran the start-up: count failed tokens with sibling workers
         cors_methods=["GET", "POST", "DELETE"],
         cors_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+        on_failure=metrics.auth_failures.inc,
     )
+    install_metrics(app, metrics, tokens=metric_tokens(settings, admin_token), operator="admin token")
     document_validation_errors(app)
     return app
 

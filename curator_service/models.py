@@ -100,6 +100,9 @@ class Dataset(Base):
     ids_path: Mapped[str | None] = mapped_column(String(500))
     ids_sha256: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: When the dataset was erased (migration 0009; ``services.erasure``): its rows, outcomes, sample ids and
+    #: every array derived from them are gone, the row stays as a tombstone for the ledger and the logs.
+    erased_at: Mapped[datetime | None]
 
 
 class Release(Base):
@@ -133,6 +136,8 @@ class Release(Base):
     # Head of this release's query-log chain: entries so far and the last hash (catches truncation).
     chain_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     chain_head: Mapped[str] = mapped_column(String(64), default=GENESIS_HASH, server_default=GENESIS_HASH)
+    #: Set when its dataset was erased (migration 0009): Z is gone; a partner's request is a 410.
+    erased_at: Mapped[datetime | None]
 
 
 class LedgerEntry(Base):
@@ -331,6 +336,8 @@ class GradientOracle(Base):
     delta: Mapped[float]
     n: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Set when its dataset was erased (migration 0009): the oracle answers no more steps (410).
+    erased_at: Mapped[datetime | None]
 
 
 class GradientStep(Base):

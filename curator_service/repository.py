@@ -56,11 +56,13 @@ def set_sigma_min(session: Session, dataset_id: int, sigma_min: float) -> None:
 def all_array_paths(session: Session) -> set[str]:
     paths: set[str] = set()
     for feat, out, ids in session.execute(
-        select(Dataset.features_path, Dataset.outcomes_path, Dataset.ids_path)
+        select(Dataset.features_path, Dataset.outcomes_path, Dataset.ids_path).where(
+            Dataset.erased_at.is_(None)
+        )
     ):
         paths.add(feat)
         paths.update(p for p in (out, ids) if p)
-    paths.update(session.scalars(select(Release.z_path)))
+    paths.update(session.scalars(select(Release.z_path).where(Release.erased_at.is_(None))))
     return paths
 
 
@@ -407,7 +409,15 @@ def pending_column_query_ids(session: Session) -> list[int]:
         select(Query.id)
         .join(Release, Release.id == Query.release_id)
         .join(Dataset, Dataset.id == Release.dataset_id)
-        .where(Query.status == "pending", Dataset.objective_mode == "column")
+        .where(Query.status == "pending", Dataset.objective_mode == "column", Dataset.erased_at.is_(None))
         .order_by(Query.id)
     )
     return list(session.scalars(stmt))
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+
+
+def count_answered_queries(session: Session) -> int:
+    """Queries answered so far (complete), of every release."""
+    return int(session.scalar(select(func.count()).select_from(Query).where(Query.status == "complete")) or 0)

@@ -70,6 +70,7 @@ def dataset_public(ds: Dataset, population: Population, spent: tuple[float, floa
         acknowledged_distinct_people=ds.acknowledged_distinct_people,
         id_column=ds.id_column,
         created_at=ds.created_at,
+        erased_at=ds.erased_at,
     )
 
 

@@ -26,6 +26,7 @@ from modeler_service.context import ClientFactory, Context, default_client_facto
 from modeler_service.db import Database, transaction
 from modeler_service.federations.closer import RoundCloser
 from modeler_service.federations.instances import InstanceTracker
+from modeler_service.metrics import domain_series
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
 from shared.bo.factor import set_default_spill_directory
@@ -35,6 +36,7 @@ from shared.servicekit.app import add_access_guards
 from shared.servicekit.asgi_guards import BodyLimit
 from shared.servicekit.errors import API_VERSION, document_validation_errors
 from shared.servicekit.handlers import install_error_handlers
+from shared.servicekit.metrics import ServiceMetrics, install_metrics, metric_tokens
 from shared.servicekit.serving import configure_logging, reset_throttle
 from shared.servicekit.write_gate import WriteGate, admission
 
@@ -220,6 +222,7 @@ def create_app(
     if settings.console:  # the modeler team's browser console
         build_console(settings, token.get_secret_value()).install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_bytes)
+    metrics = ServiceMetrics(domain_series(db))
     add_access_guards(
         app,
         settings,
@@ -227,7 +230,9 @@ def create_app(
         worker=worker,  # count failed tokens with sibling workers
         cors_methods=["GET", "POST"],
         cors_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+        on_failure=metrics.auth_failures.inc,
     )
+    install_metrics(app, metrics, tokens=metric_tokens(settings, token), operator="modeler token")
     document_validation_errors(app)
     return app
 

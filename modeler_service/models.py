@@ -4,7 +4,7 @@ Every table is prefixed ``modeler_`` because the modeler and the curator may sha
 (each service has its own alembic version table). The released Z is not in the database: it is a .npy file
 in the data dir; the study row records its relative path and sha256.
 
-Three tables:
+Four tables about studies:
 
 * ``modeler_studies``: one optimisation over one curator release, or (a ``gradient-oracle`` strategy such
   as DP-GIBO) over one curator gradient oracle: then the release columns are null, ``gradient_oracle``
@@ -13,6 +13,7 @@ Three tables:
   curator), the run state, and the *write-ahead intent* of the round in flight (``pending_round``: planned
   before the curator is asked, so a restarted process re-sends exactly the same requests with the same
   Idempotency-Keys).
+* ``modeler_study_tags``: a study's tags in lower case, one row each, for filtering the list in SQL.
 * ``modeler_audit_entries``: append-only, one row per curator request, keyed by (round, request),
   hash-chained (``modeler_service.audit``). The strategy is rebuilt from these rows: the audit log *is* the
   state.
@@ -33,6 +34,7 @@ from sqlalchemy import (
     Boolean,
     Double,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -57,6 +59,10 @@ class Study(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    #: a name for people and labels to find the study by (migration 0009); the tags as written, in order
+    #: (``StudyTag`` holds them again, folded to lower case, for filtering in SQL)
+    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    tags: Mapped[Any] = mapped_column(JSON, default=list, server_default="[]")
 
     # where the data is, and how to reach it
     curator_url: Mapped[str] = mapped_column(String(2048))
@@ -116,6 +122,17 @@ class Study(Base):
     #: "details", "key", "query_id"}, ...]}``, written before the first request is sent and cleared in the
     #: transaction that records the round's outcomes
     pending_round: Mapped[Any | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+
+
+class StudyTag(Base):
+    """One tag of a study, folded to lower case (``GET /v1/studies?tag=`` filters on it in SQL); written
+    with the study's ``tags`` by ``repository.set_tags`` alone (migration 0009)."""
+
+    __tablename__ = "modeler_study_tags"
+    __table_args__ = (Index("ix_modeler_study_tags_tag", "tag"),)
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("modeler_studies.id"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(50), primary_key=True)
 
 
 class AuditEntry(Base):

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from modeler_service.models import AuditEntry, AuditSupersession, Study, utcnow
+from modeler_service.models import AuditEntry, AuditSupersession, Study, StudyTag, utcnow
 
 #: Statuses in which a runner (thread) owns the study.
 #: A runner owns the study (a second run is a 409; a restart makes it ``ready`` again).
@@ -30,8 +30,24 @@ def get_study(session: Session, study_id: str, *, for_update: bool = False) -> S
     return session.get(Study, study_id, with_for_update=for_update or None)
 
 
-def list_studies(session: Session) -> list[Study]:
-    return list(session.scalars(select(Study).order_by(Study.created_at, Study.id)))
+def list_studies(session: Session, *, name: str | None = None, tags: Iterable[str] = ()) -> list[Study]:
+    """Every study, oldest first; ``name``: whose name contains it, ignoring case; ``tags``: that have every
+    one of them (compared in lower case, on ``modeler_study_tags``)."""
+    stmt = select(Study)
+    if name:
+        stmt = stmt.where(Study.name.icontains(name, autoescape=True))
+    for tag in sorted({t.lower() for t in tags}):
+        stmt = stmt.where(Study.id.in_(select(StudyTag.study_id).where(StudyTag.tag == tag)))
+    return list(session.scalars(stmt.order_by(Study.created_at, Study.id)))
+
+
+def set_tags(session: Session, study: Study, tags: list[str]) -> None:
+    """The study's tags: as written on the study, folded to lower case in ``modeler_study_tags``."""
+    study.tags = list(tags)
+    session.flush()
+    session.execute(delete(StudyTag).where(StudyTag.study_id == study.id))
+    session.add_all(StudyTag(study_id=study.id, tag=tag) for tag in sorted({t.lower() for t in tags}))
+    session.flush()
 
 
 def claim_study(
@@ -258,3 +274,17 @@ def add_supersessions(session: Session, study_id: str, records: list[AuditSupers
         .values(supersessions_done=Study.supersessions_done + len(records), supersessions_head=head)
         .execution_options(synchronize_session=False)
     )
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+
+
+def studies_by_status(session: Session) -> dict[str, int]:
+    return {
+        str(s): int(n) for s, n in session.execute(select(Study.status, func.count()).group_by(Study.status))
+    }
+
+
+def study_rounds_done(session: Session) -> int:
+    """Rounds recorded by every study (each round's answers are in its audit chain)."""
+    return int(session.scalar(select(func.coalesce(func.sum(Study.rounds_done), 0))) or 0)

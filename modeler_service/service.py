@@ -44,12 +44,13 @@ from shared.bo.strategies import (
 )
 from shared.errors import InputDataError
 from shared.protocol.client import CuratorError
+from shared.protocol.schemas.studies import check_tag
 
 log = logging.getLogger("pobo.modeler")
 
 #: Study columns published under their own names.
 _STUDY_FIELDS = (
-    *("id", "status", "release_id", "curator_url", "n", "r", "strategy", "iterations_total"),
+    *("id", "name", "status", "release_id", "curator_url", "n", "r", "strategy", "iterations_total"),
     *("iterations_done", "rounds_done", "run_target", "error", "retry_at", "created_at", "updated_at"),
 )
 
@@ -85,12 +86,15 @@ def create_study(session: Session, ctx: Context, body: StudyCreate) -> Study:
     except (InputDataError, ValueError) as exc:
         raise Unprocessable(str(exc)) from exc
     try:
-        return kind_for(strategy).create(session, ctx, body, strategy, params)
+        study = kind_for(strategy).create(session, ctx, body, strategy, params)
     except NotFound:
         problem = not_a_curator(ctx, body.curator_url, body.curator_token.get_secret_value())
         if problem is not None:
             raise Unprocessable(problem) from None
         raise
+    study.name = body.name
+    repo.set_tags(session, study, body.tags or [])
+    return study
 
 
 def not_a_curator(ctx: Context, url: str, token: str) -> str | None:
@@ -118,14 +122,23 @@ def not_a_curator(ctx: Context, url: str, token: str) -> str | None:
 
 
 def update_study(ctx: Context, study_id: str, body: StudyUpdate) -> Study:
-    """``PATCH /v1/studies/{id}``: a rotated partner token and/or a new budget.
+    """``PATCH /v1/studies/{id}``: a rotated partner token, a new budget, a new name or new tags.
 
     The one use case here that owns its transactions (as the stepper does): the study is read, the curator
     asked (outside any write transaction: the new token must read the study's target, and a larger budget
     must fit what the grant has left, ``RequestKind.budget_left``), then the study is written under its
     row lock, checked again. A new token is used from the study's next request on, even while it runs; the
     budget changes only while no run owns the study, and the strategy keeps the constants it chose for
-    its first budget."""
+    its first budget. A name or tags alone are written at once, in any status (the curator is not asked)."""
+    if not body.asks_curator:
+        with transaction(ctx.db) as session:
+            locked = repo.get_study(session, study_id, for_update=True)  # one relabelling at a time
+            if locked is None:
+                raise NotFound(f"study {study_id} not found")
+            study = locked
+            _relabel(session, study, body)
+            log.info("study %s relabelled", study_id)
+            return study
     with transaction(ctx.db, write=False) as session:
         study = get_study(session, study_id)
         _check_update(study, body)
@@ -159,9 +172,20 @@ def update_study(ctx: Context, study_id: str, body: StudyUpdate) -> Study:
         if token is not None:
             study.curator_token_enc = ctx.encrypt(token)
             ctx.cache.retire_client(study_id)  # the next request makes a client with the new token
+        _relabel(session, study, body)
         study.updated_at = utcnow()
         log.info("study %s updated (%s)", study_id, ", ".join(k for k in body.model_fields_set))
         return study
+
+
+def _relabel(session: Session, study: Study, body: StudyUpdate) -> None:
+    """The name and tags of ``body``, if it gives them (a name given as null removes it)."""
+    if "name" in body.model_fields_set:
+        study.name = body.name
+    if body.tags is not None:
+        repo.set_tags(session, study, body.tags)
+    if body.relabels:
+        study.updated_at = utcnow()
 
 
 def _check_update(study: Study, body: StudyUpdate) -> int:
@@ -207,6 +231,7 @@ def to_public(study: Study) -> StudyPublic:
         {
             **{key: getattr(study, key) for key in _STUDY_FIELDS},
             "strategy_params": dict(study.strategy_params or {}),
+            "tags": list(study.tags or []),
             "retry_attempts": study.retry_attempts or 0,
             "best": kind.best(study),
             "pending": pending,
@@ -232,8 +257,17 @@ def strategies() -> StrategiesPublic:
     return StrategiesPublic(strategies=[StrategyInfo(**entry) for entry in catalogue()])
 
 
-def list_studies(session: Session) -> StudiesPublic:
-    studies = [to_public(s) for s in repo.list_studies(session)]
+def list_studies(
+    session: Session, *, name: str | None = None, tags: list[str] | None = None
+) -> StudiesPublic:
+    """Every study, or those whose name contains ``name`` (ignoring case) and that have every tag of
+    ``tags`` (ignoring case); a filter tag that no study could have is a 422 that says what a tag is."""
+    try:
+        wanted = [check_tag(t) for t in tags or []]
+    except ValueError as exc:
+        raise Unprocessable(f"tag filter: {exc}") from None
+    found = repo.list_studies(session, name=(name or "").strip() or None, tags=wanted)
+    studies = [to_public(s) for s in found]
     return StudiesPublic(data=studies, count=len(studies))
 
 

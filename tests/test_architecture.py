@@ -1,6 +1,6 @@
 """The import rules of docs/architecture.md, checked on the source: every import statement of ``shared``,
-``curator_service`` and ``modeler_service`` (module level, inside functions and under ``TYPE_CHECKING``
-alike), read with ``ast``, so a rule cannot be broken by an import that only runs later."""
+``curator_service``, ``modeler_service`` and the SDK ``pobo`` (module level, inside functions and under
+``TYPE_CHECKING`` alike), read with ``ast``, so a rule cannot be broken by an import that only runs later."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("shared", "curator_service", "modeler_service")
+PACKAGES = ("shared", "curator_service", "modeler_service", "pobo")
 
 #: The pure mathematics: usable from a notebook, with neither the web stack nor a database.
 MATH = ("shared.privacy", "shared.bo", "shared.federated")
@@ -24,7 +24,9 @@ LIBRARY = (
     "shared.files",
     "shared.processes",
 )
-#: ... and the tools, which may use everything, the services included.
+#: ... the SDK (``import pobo``), a layer above the library: wrappers of its typed clients ...
+SDK = ("pobo",)
+#: ... and the tools, which may use everything, the SDK and the services included.
 TOOLS = ("shared.tools",)
 WEB_STACK = ("fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
 
@@ -153,7 +155,18 @@ def test_the_service_kit_does_not_import_the_contract_above_it() -> None:
 
 
 def test_the_library_imports_no_tool_and_no_service() -> None:
-    assert _violations(LIBRARY, (*TOOLS, "curator_service", "modeler_service")) == []
+    assert _violations(LIBRARY, (*SDK, *TOOLS, "curator_service", "modeler_service")) == []
+
+
+def test_the_sdk_is_a_client_of_the_library_only() -> None:
+    """``pobo`` wraps ``shared.protocol``'s clients: no tool, no service, no server-side stack."""
+    assert (
+        _violations(SDK, (*TOOLS, "curator_service", "modeler_service", "shared.servicekit", *WEB_STACK))
+        == []
+    )
+    assert "pobo.curator" in _modules() and any(
+        _under(n, ["shared.protocol"]) for n in imports_of("pobo.curator")
+    )
 
 
 def test_the_services_never_import_each_other() -> None:

@@ -95,4 +95,4 @@ def query_lane(components: Components, gate: WriteGate) -> Lane:
         )
         return True
 
-    return Lane("POST", QUERY_PATH, handle, read_body=True)
+    return Lane("POST", QUERY_PATH, handle, read_body=True, route="/v1/releases/{release_id}/queries")

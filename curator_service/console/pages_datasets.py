@@ -1,6 +1,7 @@
 """Datasets: the list and the CSV upload, one dataset's page (what it protects, the privacy report, its
-budget), its budget charts, and the form that makes a release of it (its confirmation page and the POST
-that makes the release are ``pages_releases``')."""
+budget), its budget charts, the form that makes a release of it (its confirmation page and the POST
+that makes the release are ``pages_releases``'), and its erasure (a confirmation page first; an erased
+dataset's page is its tombstone)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from curator_service.console.common import (
     RowId,
     components,
     db_session,
+    text,
 )
 from curator_service.services import datasets as dataset_service
+from curator_service.services import erasure as erasure_service
 from curator_service.services import gradients as gradient_service
 from curator_service.services import populations as population_service
 from curator_service.services import privacy as privacy_service
@@ -129,6 +132,9 @@ def register(console: Console) -> None:
             oracles = [
                 gradient_service.oracle_public(o) for o in gradient_service.list_oracles(s, ADMIN, dataset_id)
             ]
+            if view.erased_at is not None:  # a tombstone: no data left to report on
+                tomb = {"dataset": view, "ledger": ledger, "releases": releases, "oracles": oracles}
+                return console.render(request, "dataset_erased.html", tomb, session=session)
             eps = epsilon if epsilon is not None else DEFAULT_EPSILON
             dlt = delta if delta is not None else default_delta(view.n)
             report = privacy_service.privacy_report(
@@ -144,6 +150,26 @@ def register(console: Console) -> None:
             "r_max": r_max,
         }
         return console.render(request, "dataset.html", context, session=session)
+
+    @router.get("/datasets/{dataset_id}/erase")
+    def confirm_erase(request: Request, dataset_id: RowId, session: SignedIn) -> HTMLResponse:
+        """Erasing cannot be undone: this page says what goes and who still holds the dataset; its button
+        posts the erasure."""
+        with db_session(request) as s:
+            view = dataset_service.view(s, dataset_service.get_dataset(s, dataset_id))
+            holders = erasure_service.live_holders(s, dataset_id)
+        context = {"dataset": view, "holders": holders}
+        return console.render(request, "dataset_erase.html", context, session=session)
+
+    @router.post("/datasets/{dataset_id}/erase")
+    def erase(request: Request, dataset_id: RowId, form: FormPost) -> Response:
+        """Post/redirect/get: only the confirmation page's button erases; a 409 (a live grant, without
+        ``force``) is shown as the console's error page."""
+        if text(form, "confirm") != "yes":  # not from the confirmation page: ask first
+            return RedirectResponse(f"/console/datasets/{dataset_id}/erase", status_code=303)
+        c = components(request)
+        erasure_service.erase_dataset(c.db, c.store, dataset_id, force=text(form, "force") == "true")
+        return RedirectResponse(f"/console/datasets/{dataset_id}", status_code=303)
 
     @router.get("/datasets/{dataset_id}/budget.svg")
     def dataset_budget(request: Request, dataset_id: RowId, session: SignedIn) -> Response:

@@ -96,6 +96,7 @@ def answer_at_once(
                 or row["revoked_at"] is not None
                 or row["token_revoked_at"] is not None
                 or row["output_privacy"] is not None
+                or row["erased_at"] is not None  # the general path answers 410
             ):
                 raise _StepAside
             partner_id = int(row["partner_id"])

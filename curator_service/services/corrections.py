@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from curator_service import lab_repository as lab_repo
 from curator_service import querylog
 from curator_service import repository as repo
-from curator_service.exceptions import Conflict, InvalidInput, NotFound
+from curator_service.exceptions import Conflict, Gone, InvalidInput, NotFound
 from curator_service.models import Dataset, Query, QueryCorrection, utcnow
 from curator_service.services import outputs
 
@@ -49,6 +49,8 @@ def _dataset_of(session: Session, query: Query) -> Dataset:
     assert release is not None
     dataset = repo.get_dataset(session, release.dataset_id)
     assert dataset is not None
+    if dataset.erased_at is not None:
+        raise Gone(f"query {query.id} is on release {release.id}, which was erased with its dataset")
     return dataset
 
 

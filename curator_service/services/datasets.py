@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from curator_service import repository as repo
 from curator_service.csvparse import ChunkParser, CsvStream, Ids, iter_rows
 from curator_service.db import Database
-from curator_service.exceptions import InvalidInput, NotFound, PayloadTooLarge
+from curator_service.exceptions import Gone, InvalidInput, NotFound, PayloadTooLarge
 from curator_service.fingerprint import ColumnSignature, FingerprintBuilder, column_signatures
 from curator_service.models import Dataset
 from curator_service.schemas import dataset_public
@@ -360,6 +360,14 @@ def get_dataset(session: Session, dataset_id: int) -> Dataset:
     dataset = repo.get_dataset(session, dataset_id)
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} does not exist")
+    return dataset
+
+
+def live_dataset(session: Session, dataset_id: int) -> Dataset:
+    """The dataset, if it exists and was not erased (an erased one is a 410: its data will not return)."""
+    dataset = get_dataset(session, dataset_id)
+    if dataset.erased_at is not None:
+        raise Gone(f"dataset {dataset_id} was erased")
     return dataset
 
 

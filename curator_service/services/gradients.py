@@ -41,10 +41,10 @@ from sqlalchemy.orm import Session
 from curator_service import gradient_repository as grepo
 from curator_service import repository as repo
 from curator_service.db import Database
-from curator_service.exceptions import Conflict, InvalidInput, NotFound
+from curator_service.exceptions import Conflict, Gone, InvalidInput, NotFound
 from curator_service.models import Dataset, GradientOracle, GradientStep, LedgerEntry, Population
 from curator_service.services.auth import Principal
-from curator_service.services.datasets import get_dataset
+from curator_service.services.datasets import get_dataset, live_dataset
 from curator_service.services.releases import check_total_delta, fits, large_delta
 from curator_service.storage import ArrayStore
 from shared.bo.gibo.kernels import GradKernel
@@ -60,7 +60,7 @@ from shared.bo.gibo.oracle import (
     oracle_gradient,
     plugin_loss_matrix,
 )
-from shared.bo.gibo.private_gradient import noise_std, oracle_epsilon
+from shared.bo.gibo.private_gradient import noise_std, oracle_epsilon, oracle_margins
 from shared.errors import InputDataError
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import GradientOracleCreate, GradientOraclePublic, GradientStepCreate
@@ -211,7 +211,7 @@ def planned_charge(
     with ``body``, refused (422) as ``create_oracle`` would refuse it; nothing is written (the console's
     confirmation page shows it before the oracle is made)."""
     with db.session(write=False) as session:
-        dataset = get_dataset(session, dataset_id)
+        dataset = live_dataset(session, dataset_id)
         session.expunge(dataset)
     _check_loss(store, dataset, body, plugins)
     rows = max(1, int(dataset.rows_per_person or 1))
@@ -228,7 +228,7 @@ def create_oracle(
 ) -> GradientOracle:
     """Check the loss and the dataset, then in one transaction check-and-spend the budget and store it."""
     with db.session(write=False) as session:
-        dataset = get_dataset(session, dataset_id)
+        dataset = live_dataset(session, dataset_id)
         session.expunge(dataset)
     _check_loss(store, dataset, body, plugins)
     # a person with k rows replaces k rows: the clipped average moves k times as far, so the T steps are
@@ -237,10 +237,13 @@ def create_oracle(
     rows = max(1, int(dataset.rows_per_person or 1))
     epsilon = oracle_epsilon(body.mu, body.delta, body.steps, body.dimension)
     charged = oracle_epsilon(body.mu, body.delta, body.steps, body.dimension, rows=rows)
+    margins = oracle_margins(body.mu, body.delta, body.steps, body.dimension, rows=rows)
     with db.session(write=True) as session:
-        dataset = get_dataset(session, dataset_id)
-        population = repo.lock_population(session, dataset.population_id)
+        population_id = live_dataset(session, dataset_id).population_id
+        population = repo.lock_population(session, population_id)  # the erasure takes this lock too
         assert population is not None
+        session.expire_all()  # read the dataset again under the lock: erased meanwhile is a 410
+        dataset = live_dataset(session, dataset_id)
         eps_spent, delta_spent = repo.ledger_totals(session, population.id)
         for name, spent, asked, budget in (
             ("epsilon", eps_spent, charged, population.epsilon_budget),
@@ -287,6 +290,9 @@ def create_oracle(
                 "steps": body.steps,
                 "clip": body.clip,
                 "rows_per_person": rows,
+                # the sampler's margins of the charged claim, folded into the ledger's composition
+                "epsilon_margin": margins.epsilon,
+                "delta_margin": margins.delta,
             },
             status="spent",
         )
@@ -307,6 +313,8 @@ def get_oracle(session: Session, principal: Principal, oracle_id: int) -> Gradie
             oracle = None
     if oracle is None:
         raise NotFound(f"gradient oracle {oracle_id} does not exist")
+    if oracle.erased_at is not None and not principal.is_admin:
+        raise Gone(f"gradient oracle {oracle_id} was erased: its dataset was erased by the curator")
     return oracle
 
 
@@ -399,12 +407,14 @@ def step(
             if existing is not None:
                 return _replay(existing, digest, oracle_id), oracle.steps - existing.step, True
         kernel = _validate(oracle, body)
-        dataset = get_dataset(session, oracle.dataset_id)
+        dataset = live_dataset(session, oracle.dataset_id)
         loss_matrix, width = loss_matrix_of(oracle, store, dataset, plugins)
     with db.session(write=True) as session:
         locked = grepo.lock_oracle(session, oracle_id)  # steps of one oracle run one at a time
         assert locked is not None
         oracle = locked
+        if oracle.erased_at is not None:  # erased while the step was computed
+            raise Gone(f"gradient oracle {oracle_id} was erased: its dataset was erased by the curator")
         if idempotency_key is not None:  # a concurrent retry may have answered it meanwhile
             existing = grepo.step_by_key(session, oracle_id, principal.partner_id, idempotency_key)
             if existing is not None:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from curator_service import lab_repository as lab_repo
 from curator_service import repository as repo
 from curator_service.csvparse import Ids
-from curator_service.exceptions import Conflict, InvalidInput
+from curator_service.exceptions import Conflict, Gone, InvalidInput
 from curator_service.models import Dataset, Query
 from curator_service.services import outputs
 from curator_service.services.bulkcsv import Measurement
@@ -156,6 +156,8 @@ def _resolve(session: Session, store: ArrayStore, measurements: Sequence[Measure
                 raise InvalidInput(f"line {line}: release {release_id} does not exist")
             dataset = repo.get_dataset(session, release.dataset_id)
             assert dataset is not None
+            if dataset.erased_at is not None:
+                raise Gone(f"line {line}: release {release_id} was erased with its dataset {dataset.id}")
             if dataset.objective_mode != "manual":
                 raise InvalidInput(
                     f"line {line}: release {release_id} is of dataset {dataset.id}, whose outcomes come from "

@@ -11,7 +11,7 @@ from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.models import Dataset
 from curator_service.services import outputs, populations
-from curator_service.services.datasets import get_dataset
+from curator_service.services.datasets import live_dataset
 from curator_service.services.releases import fits, large_delta
 from curator_service.services.scaling import covered_changes, scaling_public
 from curator_service.storage import ArrayStore
@@ -134,7 +134,7 @@ def privacy_report(
     delta: float,
     r_max: int,
 ) -> PrivacyReport:
-    dataset = get_dataset(session, dataset_id)
+    dataset = live_dataset(session, dataset_id)
     population = repo.get_population(session, dataset.population_id)
     assert population is not None
     eps_spent, delta_spent = repo.ledger_totals(session, population.id)

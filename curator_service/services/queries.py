@@ -23,7 +23,7 @@ from curator_service import faults, querylog
 from curator_service import lab_repository as lab_repo
 from curator_service import repository as repo
 from curator_service.db import Database
-from curator_service.exceptions import Conflict, InvalidInput, NotFound, QuotaExceeded
+from curator_service.exceptions import Conflict, Gone, InvalidInput, NotFound, QuotaExceeded
 from curator_service.models import Dataset, Query, QueryCorrection
 from curator_service.services import answers, outputs
 from curator_service.services.access_log import PendingEntry
@@ -286,6 +286,10 @@ def view(session: Session, principal: Principal, query_id: int) -> QueryView:
     if query is None or (not principal.is_admin and query.partner_id != principal.partner_id):
         # another partner's query is "not found" too: a partner cannot probe which query ids exist
         raise NotFound(f"query {query_id} does not exist")
+    if not principal.is_admin:
+        release = repo.get_release(session, query.release_id)
+        if release is not None and release.erased_at is not None:
+            raise Gone(f"release {query.release_id} was erased: its dataset was erased by the curator")
     found = lab_repo.corrections_of(session, [query.id], _visible_kinds(principal))
     return QueryView(query, found.get(query.id, []))
 
@@ -310,6 +314,8 @@ def post_result(session: Session, query_id: int, y: float) -> Query:
             f"{query.source_query_id}, and this query is answered with it"
         )
     dataset = _dataset_of(session, query)
+    if dataset.erased_at is not None:
+        raise Gone(f"query {query_id} is on release {query.release_id}, which was erased with its dataset")
     if dataset.objective_mode != "manual":
         raise Conflict(
             f"query {query_id} is on a dataset whose outcomes come from its '{dataset.objective}' column; "
@@ -367,8 +373,12 @@ def verify_queries(session: Session, principal: Principal, release_id: int) -> t
 
     The whole chain is always checked. The admin sees it whole; a partner sees ``ok``, ``entries`` counting
     its own links only and ``head`` the hash of its own latest link, so an intact log tells it nothing about
-    how many queries other partners asked, or when. When the log is broken, ``first_bad_seq`` (the position
-    in the whole chain, needed to act on it) is shown to every principal that may verify.
+    how many queries other partners asked, or when. Its own links are its queries' whose value it was sent
+    (``lab_repository.partner_links``): a link's hash covers its whole payload, so the hash of a measurement
+    not yet delivered or replaced before delivery, or of a correction's link (the curator's reason), would
+    let it confirm a guess of what it was not sent. When the log is broken,
+    ``first_bad_seq`` (the position in the whole chain, needed to act on it) is shown to every principal
+    that may verify.
     """
     get_release(session, principal, release_id)
     result, head = querylog.verify_release_chain(session, release_id)

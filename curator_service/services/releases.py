@@ -30,14 +30,15 @@ from sqlalchemy.orm import Session
 from curator_service import faults
 from curator_service import repository as repo
 from curator_service.db import Database
-from curator_service.exceptions import Conflict, Forbidden, InvalidInput, NotFound, PayloadTooLarge
+from curator_service.exceptions import Conflict, Forbidden, Gone, InvalidInput, NotFound, PayloadTooLarge
 from curator_service.models import Dataset, LedgerEntry, Population, Release, utcnow
 from curator_service.services import outputs, populations
 from curator_service.services.auth import Principal
-from curator_service.services.datasets import get_dataset
+from curator_service.services.datasets import get_dataset, live_dataset
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError
 from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change, gaussian_release
+from shared.privacy.lattice import sampler_margins
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import ReleaseCreate, RowExclusions
@@ -107,12 +108,23 @@ def _plan(dataset: Dataset, params: ReleaseCreate, max_bytes: int) -> _Plan:
             f"{exc}. One person can change dataset {dataset.id}'s scaled rows by a norm of up to "
             f"{factor:.3g} in its population's relation: " + "; ".join(_charge_reasons(dataset))
         ) from None
+    # the sampler's margins of the charged claim (``epsilon_for_change``'s for a larger change), which the
+    # ledger's composition folds in (``shared.privacy.accounting``)
+    margins = (
+        cal.sampler
+        if factor <= 1.0
+        else sampler_margins(
+            max(1, dataset.rows_per_person or 1) * cal.d, cal.noise_multiplier / factor, cal.delta
+        )
+    )
     native = {
         "kind": "gaussian",
         "noise_multiplier": cal.noise_multiplier / factor,  # in the population's relation
         "sensitivity": cal.sensitivity,
         "sigma": cal.sigma,
         "charge_factor": factor,
+        "epsilon_margin": margins.epsilon,
+        "delta_margin": margins.delta,
     }
     formal = dataset.formal_guarantee and not large_delta(params.delta, dataset.n)
     return _Plan(cal, native, formal_guarantee=formal, charged_epsilon=charged, factor=factor)
@@ -188,7 +200,7 @@ def _reserve(
 ) -> tuple[Dataset, _Plan, int]:
     """Lock the population, check the budget (basic composition), insert a ``reserved`` entry; COMMIT."""
     with db.session(write=True) as session:
-        dataset = get_dataset(session, dataset_id)
+        dataset = live_dataset(session, dataset_id)
         plan = _plan(dataset, params, max_bytes)
         population = repo.lock_population(session, dataset.population_id)
         assert population is not None
@@ -284,6 +296,8 @@ def create_release(
 
     try:
         with db.session(write=True) as session:
+            repo.lock_population(session, dataset.population_id)  # the erasure takes this lock too
+            live_dataset(session, dataset_id)  # erased while Z was computed: Gone, and the file goes
             release = Release(
                 dataset_id=dataset_id,
                 mechanism=params.mechanism,
@@ -329,6 +343,8 @@ def get_release(session: Session, principal: Principal, release_id: int) -> Rele
         release = repo.get_granted_release(session, release_id, principal.partner_id)
     if release is None:
         raise NotFound(f"release {release_id} does not exist")
+    if release.erased_at is not None and not principal.is_admin:
+        raise Gone(f"release {release_id} was erased: its dataset was erased by the curator")
     return release
 
 
@@ -357,8 +373,14 @@ def list_releases(session: Session, principal: Principal, dataset_id: int | None
     return repo.list_releases(session, ids=repo.granted_release_ids(session, principal.partner_id))
 
 
+def _check_not_erased(release: Release) -> None:
+    if release.erased_at is not None:
+        raise Gone(f"release {release.id} was erased: its dataset was erased by the curator")
+
+
 def release_file(store: ArrayStore, release: Release) -> tuple[str, str]:
     """(verified absolute path of the release's .npy, sha256)."""
+    _check_not_erased(release)
     return str(store.verify(release.z_path, release.sha256)), release.sha256
 
 
@@ -369,6 +391,7 @@ MAX_JSON_VALUES = 2_000_000
 def release_rows(
     store: ArrayStore, release: Release, offset: int, limit: int | None
 ) -> tuple[list[list[float]], int]:
+    _check_not_erased(release)
     if offset > release.n:
         raise InvalidInput(f"offset {offset} is past the end: release {release.id} has n = {release.n} rows")
     stop = release.n if limit is None else min(release.n, offset + limit)

@@ -49,4 +49,4 @@ def step_lane(components: Components, gate: WriteGate) -> Lane:
         await Response(content, media_type="application/json")(request.scope, request.receive, send)
         return True
 
-    return Lane("POST", STEP_PATH, handle)
+    return Lane("POST", STEP_PATH, handle, route="/v1/studies/{study_id}/step")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +22,13 @@ from pydantic import ValidationError
 from modeler_service.schemas import StrategyInfo, StudyCreate, target_field
 from shared.bo.strategies import get_strategy
 
-__all__ = ["FieldSpec", "FormProblems", "field_specs", "read_params", "study_body"]
+__all__ = ["FieldSpec", "FormProblems", "field_specs", "read_params", "split_tags", "study_body"]
 
 #: The study fields of the form (besides the parameters); ``seed`` and the API v1 shorthands are not offered.
-STUDY_FIELDS = ("curator_url", "curator_token", "release_id", "gradient_oracle_id", "iterations", "strategy")
+STUDY_FIELDS = (
+    *("curator_url", "curator_token", "release_id", "gradient_oracle_id", "iterations", "strategy"),
+    *("name", "tags"),
+)
 
 
 @dataclass
@@ -221,6 +225,13 @@ def _int(form: Mapping[str, Any], name: str, problems: list[tuple[str, str]]) ->
         return None
 
 
+def split_tags(text: object) -> list[str]:
+    """The tags typed in one text input, separated by commas and/or spaces (empty: none)."""
+    if not isinstance(text, str):
+        return []
+    return [tag for tag in re.split(r"[\s,]+", text) if tag]
+
+
 def study_body(form: Mapping[str, Any], strategy: StrategyInfo, params: dict[str, Any]) -> StudyCreate:
     """The ``StudyCreate`` of the form (``FormProblems`` for a bad field: the API's own validation)."""
     problems: list[tuple[str, str]] = []
@@ -237,6 +248,12 @@ def study_body(form: Mapping[str, Any], strategy: StrategyInfo, params: dict[str
     iterations = _int(form, "iterations", problems)
     if iterations is not None:
         body["iterations"] = iterations
+    name = str(form.get("name") or "").strip()
+    if name:
+        body["name"] = name
+    tags = split_tags(form.get("tags"))
+    if tags:
+        body["tags"] = tags
     if problems:
         raise FormProblems(problems)
     try:

@@ -1,8 +1,10 @@
 """The modeler console's pages (routes -> the same service functions as the API).
 
-* ``/console``: the studies (status, progress, best so far), polled while one is active.
+* ``/console``: the studies (name, tags, status, progress, best so far), polled while one is active; a
+  search form (``?name=&tag=``, a GET: the filtered list has its own URL) narrows them.
 * ``/console/studies/new``: the create form, its parameter inputs built from the strategies' JSON schemas.
-* ``/console/studies/{id}``: facts, live progress (htmx fragment ``.../live`` every 2 s while active, with
+* ``/console/studies/{id}``: facts, the name and tags (``POST .../labels``), live progress (htmx fragment
+  ``.../live`` every 2 s while active, with
   the chart ``.../chart.svg``), Run / Step / Stop, the audit log with verification and exports.
 
 Routes are sync (``def``): FastAPI runs them in its thread pool, like the API's (the GP arithmetic of a step
@@ -15,9 +17,11 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from modeler_service import repository as repo
@@ -30,12 +34,13 @@ from modeler_service.console.forms import (
     field_specs,
     fill,
     read_params,
+    split_tags,
     study_body,
 )
 from modeler_service.context import Context
 from modeler_service.db import transaction
 from modeler_service.kinds import kind_of
-from modeler_service.schemas import AuditLog, StrategyInfo, StudyPublic
+from modeler_service.schemas import AuditLog, StrategyInfo, StudyPublic, StudyUpdate
 from shared.protocol.schemas.studies import DEFAULT_STRATEGY
 from shared.servicekit.console import Console, ConsoleRefusal, FormPost, SignedIn
 from shared.servicekit.console.charts import SVG_MEDIA_TYPE, Series, line_chart
@@ -51,6 +56,7 @@ NOTICES = {
     "run": "Run started: the study runs in the background.",
     "step": "One round done.",
     "stop": "Stop asked: the study stops after the round in flight.",
+    "labels": "Name and tags saved.",
 }
 
 
@@ -139,6 +145,8 @@ def _live_context(session: Session, study_id: str, ctx: Context) -> dict[str, An
 def _facts(study: StudyPublic) -> list[tuple[str, str]]:
     facts = [
         ("Study", study.id),
+        ("Name", study.name or "–"),
+        ("Tags", ", ".join(study.tags) or "–"),
         ("Strategy", study.strategy),
         ("Curator", study.curator_url),
         ("Runs on", _source(study)),
@@ -181,22 +189,44 @@ def register(console: Console) -> None:
 
     # --------------------------------------------------------------------------------------- studies
 
-    def studies_context(request: Request) -> dict[str, Any]:
-        with _read(request) as session:
-            studies = service.list_studies(session).data
+    def studies_context(request: Request, name: str | None, tag: str | None) -> dict[str, Any]:
+        """The studies, filtered by the search form: a part of the name, tags separated by spaces or
+        commas (every one must match). A tag no study can have: no rows, and the message of what a tag is."""
+        search = {"name": (name or "").strip()[:200], "tag": " ".join(split_tags(tag))}
+        found, problem = [], None
+        try:
+            with _read(request) as session:
+                tags = split_tags(search["tag"])
+                found = service.list_studies(session, name=search["name"], tags=tags).data
+        except ServiceError as exc:
+            problem = exc.detail
         rows = [
-            {"study": s, "source": _source(s), "best": _best_text(s), "active": _is_active(s)}
-            for s in studies
+            {"study": s, "source": _source(s), "best": _best_text(s), "active": _is_active(s)} for s in found
         ]
-        return {"rows": rows, "any_active": any(r["active"] for r in rows)}
+        query = urlencode({k: v for k, v in search.items() if v})
+        return {
+            "rows": rows,
+            "any_active": any(r["active"] for r in rows),
+            "search": search,
+            "searching": bool(query),
+            "search_problem": problem,
+            "table_url": "/console/studies-table" + (f"?{query}" if query else ""),
+        }
 
     @router.get("")
-    def studies(request: Request, session: SignedIn) -> HTMLResponse:
-        return console.render(request, "studies.html", studies_context(request), session=session)
+    def studies(
+        request: Request, session: SignedIn, name: str | None = None, tag: str | None = None
+    ) -> HTMLResponse:
+        context = studies_context(request, name, tag)
+        status = 422 if context["search_problem"] else 200
+        return console.render(request, "studies.html", context, session=session, status_code=status)
 
     @router.get("/studies-table")
-    def studies_table(request: Request, session: SignedIn) -> HTMLResponse:
-        return console.render(request, "_studies_table.html", studies_context(request), session=session)
+    def studies_table(
+        request: Request, session: SignedIn, name: str | None = None, tag: str | None = None
+    ) -> HTMLResponse:
+        context = studies_context(request, name, tag)
+        return console.render(request, "_studies_table.html", context, session=session)
 
     # ------------------------------------------------------------------------------------ new study
 
@@ -216,7 +246,10 @@ def register(console: Console) -> None:
             strategy_name = DEFAULT_STRATEGY if DEFAULT_STRATEGY in strategies else next(iter(strategies))
         info = strategies[strategy_name]
         specs: list[FieldSpec] = field_specs(info)
-        values = {"curator_url": "", "release_id": "", "gradient_oracle_id": "", "iterations": ""}
+        values = {
+            **{"curator_url": "", "release_id": "", "gradient_oracle_id": "", "iterations": ""},
+            **{"name": "", "tags": ""},
+        }
         if form is not None:
             fill(specs, form)
             for key in values:  # never the curator token: it is typed again
@@ -362,6 +395,18 @@ def register(console: Console) -> None:
         components = _components(request)
         runner.step_now(components.ctx, components.stepper, components.runners, study_id)
         return RedirectResponse(f"/console/studies/{study_id}?notice=step", status_code=303)
+
+    @router.post("/studies/{study_id}/labels")
+    def labels(request: Request, study_id: str, form: FormPost) -> Response:
+        """The study's name and tags (an empty name removes it; the tags replace all), in any status."""
+        name = str(form.get("name") or "").strip()
+        try:
+            body = StudyUpdate.model_validate({"name": name or None, "tags": split_tags(form.get("tags"))})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ConsoleRefusal(422, f"The name and tags were not saved: {problems}") from None
+        service.update_study(_components(request).ctx, study_id, body)
+        return RedirectResponse(f"/console/studies/{study_id}?notice=labels", status_code=303)
 
     @router.post("/studies/{study_id}/stop")
     def stop(request: Request, study_id: str, form: FormPost) -> Response:

@@ -164,3 +164,8 @@ def agents_last_round(session: Session, federation_id: str) -> dict[str, tuple[i
         .group_by(FederationReceipt.agent_id)
     )
     return {str(a): (int(last), int(n)) for a, last, n in session.execute(stmt)}
+
+
+def federation_rounds_closed(session: Session) -> int:
+    """Rounds closed by every federation (metrics)."""
+    return int(session.scalar(select(func.coalesce(func.sum(Federation.rounds_closed), 0))) or 0)

@@ -17,6 +17,7 @@ output noise, the mu of a Gaussian-DP gradient oracle). Two accountants read the
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,15 +35,27 @@ class Charge:
     """One spend: (epsilon, delta) as charged, and the mechanism's native parameters if it has any.
 
     ``native`` keys understood here: ``{"kind": "gaussian", "noise_multiplier": z}`` (a Gaussian mechanism
-    with sensitivity 1 and noise z) and ``{"kind": "gdp", "mu": mu}`` (mu-Gaussian DP: z = 1 / mu).
+    with sensitivity 1 and noise z) and ``{"kind": "gdp", "mu": mu}`` (mu-Gaussian DP: z = 1 / mu), each with
+    the implemented sampler's margins of the charged claim, ``"epsilon_margin"`` and ``"delta_margin"``
+    (``shared.privacy.lattice.SamplerMargins``: the implemented mechanism is (epsilon_0 + epsilon_margin,
+    e^(epsilon_margin / 2) delta_0 + delta_margin)-DP when the ideal one is (epsilon_0, delta_0)-DP). A
+    charge without its margins (one recorded before they were) is composed by basic composition: its
+    charged (epsilon, delta) already include them.
     """
 
     epsilon: float
     delta: float
     native: dict[str, Any] | None = None
 
+    def margins(self) -> tuple[float, float] | None:
+        """(epsilon, delta) margins of the implemented sampler, when the charge records them."""
+        if not self.native or "epsilon_margin" not in self.native or "delta_margin" not in self.native:
+            return None
+        return float(self.native["epsilon_margin"]), float(self.native["delta_margin"])
+
     def event(self) -> dp_accounting.DpEvent | None:
-        if not self.native:
+        """The ideal mechanism's DpEvent, for a charge that records its native parameters and margins."""
+        if not self.native or self.margins() is None:
             return None
         import dp_accounting
 
@@ -81,6 +94,10 @@ def pld_composition(charges: Sequence[Charge], delta: float) -> float | None:
     """Epsilon of all ``charges`` together at total ``delta``: PLD for those with native parameters, plus the
     basic sum of the rest (whose deltas are taken out of ``delta`` first). None when that leaves no delta.
 
+    The implemented samplers' margins are folded in as for one mechanism (``shared.privacy.lattice``; they
+    add up over draws and entries): the ideal mechanisms are composed at delta_0 = (delta - the rest's
+    deltas - the sum of the delta margins) e^(-E / 2), E the sum of the epsilon margins, and E is added.
+
     Equal events are composed together (``compose(event, count)``: one self-composition instead of ``count``
     convolutions), and results are remembered per set of charges: a ledger page asks again for the same
     charges until a new one is added, and the composition of many charges takes seconds.
@@ -104,9 +121,12 @@ def _pld_composition(
     composed = _merge_gaussians(composed)
     if not composed:
         return eps_rest if delta_rest <= delta * (1 + 1e-9) else None
-    target = delta - delta_rest
+    margins = [m for c, e in events if e is not None and (m := c.margins()) is not None]
+    eps_margin = math.fsum(m[0] for m in margins)
+    target = (delta - delta_rest - math.fsum(m[1] for m in margins)) * math.exp(-0.5 * eps_margin)
     if target <= 0:
         return None
+    eps_rest += eps_margin
     import dp_accounting
 
     (only, count), *others = composed.items()

@@ -35,6 +35,21 @@ class AuthFailures:
             self.log.record(client, self.clock())
 
 
+class _Counting:
+    """A failure log that also reports each failure it records."""
+
+    def __init__(self, log: FailureLog, on_failure: Callable[[], None]) -> None:
+        self.log = log
+        self.on_failure = on_failure
+
+    def locked_for(self, client: str, now: float) -> float:
+        return self.log.locked_for(client, now)
+
+    def record(self, client: str, now: float) -> None:
+        self.log.record(client, now)
+        self.on_failure()
+
+
 def add_access_guards(
     app: FastAPI,
     settings: ServiceSettings,
@@ -43,12 +58,14 @@ def add_access_guards(
     worker: bool,
     cors_methods: Sequence[str],
     cors_headers: Sequence[str],
+    on_failure: Callable[[], None] | None = None,
 ) -> None:
     """Add CORS (only when ``settings.cors_origins`` names origins: no CORS headers otherwise) and the
     throttle, in that order, as the outermost middleware of ``app``.
 
     ``worker``: one of several worker processes, which count failed tokens together in a file of the data
-    dir. ``operator_token`` is never locked out by bad tokens from its address.
+    dir. ``operator_token`` is never locked out by bad tokens from its address. ``on_failure`` is called at
+    each failure the throttle or the console's sign-in records (the metrics' failed sign-ins).
     """
     if settings.cors_origins:
         app.add_middleware(
@@ -62,6 +79,8 @@ def add_access_guards(
         window_seconds=settings.auth_window_seconds,
         shared_file=settings.data_dir / THROTTLE_FILE if worker else None,
     )
+    if on_failure is not None:
+        failures = _Counting(failures, on_failure)
     app.state.auth_failures = AuthFailures(failures, clock, settings.auth_max_failures)  # the console's too
     app.add_middleware(
         AuthThrottle,

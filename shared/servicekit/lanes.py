@@ -40,13 +40,16 @@ class Decline(Exception):
 @dataclass(frozen=True)
 class Lane:
     """``method`` and a full-match ``path`` pattern (its groups are the path parameters), the ``handler``, and
-    whether it needs the body (``read_body``; at most ``max_body`` bytes, else it declines unread)."""
+    whether it needs the body (``read_body``; at most ``max_body`` bytes, else it declines unread).
+    ``route``: the template of the route the lane stands in for, which the metrics count its requests under
+    (``metrics``)."""
 
     method: str
     path: re.Pattern[str]
     handler: Handler
     read_body: bool = False
     max_body: int = 4096
+    route: str | None = None
 
 
 @dataclass
@@ -130,6 +133,8 @@ class _Lanes:
                 await self.app(scope, receive, send)  # unread: the route reads (and limits) it
                 return
             body, receive = await _read_body(receive)
+        if lane.route is not None:
+            scope["pobo.lane_route"] = lane.route  # the router's own match replaces it if the lane declines
         try:
             taken = await lane.handler(LaneRequest(scope, match, body, receive), send)
         except Decline:

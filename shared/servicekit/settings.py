@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.servicekit.serving import WORKERS_HELP
+from shared.servicekit.serving import WORKERS_HELP, check_operator_token
 from shared.servicekit.tls import check_tls_files
 
 __all__ = ["SECRETS_DIR", "ServiceSettings", "settings_config", "write_secret"]
@@ -65,6 +65,16 @@ class ServiceSettings(BaseSettings):
         description="uvicorn's access log on stdout (method, path, status only). The curator's durable "
         "access log (GET /v1/access-log) is kept either way.",
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="A bearer token for GET /metrics only (a Prometheus scraper), besides the service's "
+        "operator token. Unset: only the operator token reads the metrics.",
+    )
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token_long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        return check_operator_token(token, "the metrics_token setting")
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

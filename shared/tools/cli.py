@@ -13,6 +13,7 @@ import typer
 
 from shared.files import write_json_atomic
 from shared.tools.bench.cli import bench_app
+from shared.tools.sdkcli import add_curator_commands, study_app
 
 app = typer.Typer(
     help="pobo: privacy-preserving outsourced Bayesian optimization (PO-GP-UCB).",
@@ -32,6 +33,9 @@ agent_app = typer.Typer(
     help="A federation agent (DP-FTS-DE), run next to a hospital's data.", no_args_is_help=True
 )
 app.add_typer(agent_app, name="agent")
+# the admin's and the modeler's everyday commands, on the SDK (shared/tools/sdkcli.py)
+add_curator_commands(curator_app)
+app.add_typer(study_app, name="study")
 
 
 @curator_app.command("serve")
@@ -62,6 +66,83 @@ def modeler_serve(
     from modeler_service.main import serve
 
     serve(host=host, port=port, workers=workers)
+
+
+def _backup(service: str, directory: Path) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from shared.tools.backup import BackupError, backup, load_settings
+
+    try:
+        manifest = backup(service, load_settings(service), directory)
+    except (BackupError, OSError, sqlite3.Error, SQLAlchemyError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    size = sum(f["size"] for f in manifest["files"].values())
+    typer.echo(
+        f"backed up the {service} to {directory}: {len(manifest['files'])} files, {size} bytes, "
+        f"{manifest['database']['kind']} at alembic revision {manifest['alembic_revision']}"
+    )
+
+
+def _restore(service: str, directory: Path) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from shared.tools.backup import BackupError, load_settings, restore
+
+    try:
+        manifest = restore(service, load_settings(service), directory)
+    except (BackupError, OSError, sqlite3.Error, SQLAlchemyError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"restored the {service} from {directory} (taken {manifest['created_at']}); "
+        f"start it with pobo {service} serve"
+    )
+
+
+BackupDir = Annotated[
+    Path, typer.Argument(metavar="DIR", help="The snapshot's directory (new, or empty).", file_okay=False)
+]
+RestoreDir = Annotated[
+    Path, typer.Argument(metavar="DIR", help="A snapshot written by backup.", exists=True, file_okay=False)
+]
+
+
+@curator_app.command("backup")
+def curator_backup(directory: BackupDir) -> None:
+    """Snapshot the running curator into DIR (database, array files, admin-token, manifest).
+
+    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
+    _backup("curator", directory)
+
+
+@curator_app.command("restore")
+def curator_restore(directory: RestoreDir) -> None:
+    """Restore a curator snapshot into an empty data dir and database (checksums checked first).
+
+    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
+    _restore("curator", directory)
+
+
+@modeler_app.command("backup")
+def modeler_backup(directory: BackupDir) -> None:
+    """Snapshot the running modeler into DIR (database, release copies, token, secret.key, manifest).
+
+    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
+    _backup("modeler", directory)
+
+
+@modeler_app.command("restore")
+def modeler_restore(directory: RestoreDir) -> None:
+    """Restore a modeler snapshot into an empty data dir and database (checksums checked first).
+
+    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
+    _restore("modeler", directory)
 
 
 @audit_app.command("privacy")

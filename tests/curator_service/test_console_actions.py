@@ -355,3 +355,48 @@ def test_a_release_asks_first_and_shows_what_it_costs(browser: TestClient) -> No
     refused = post(browser, path, {"epsilon": "1", "delta": "1e-5", "confirm": "yes"})
     assert refused.status_code == 409 and "budget" in error_message(refused.text)
     assert browser.get("/v1/releases", headers=ADMIN).json()["count"] == 1
+
+
+def test_erasing_a_dataset_asks_first_names_its_holders_and_is_logged(browser: TestClient) -> None:
+    api = browser
+    r = upload(browser, csv_bytes(True), name="column", objective="outcome")
+    dataset_id = _id(r.headers["location"])
+    release = api.post(
+        f"/v1/datasets/{dataset_id}/releases", headers=ADMIN, json={"epsilon": 1, "delta": 1e-5}
+    )
+    partner = api.post(
+        "/v1/partners",
+        headers=ADMIN,
+        json={"name": "lab", "max_queries": 5, "release_ids": [release.json()["id"]]},
+    ).json()
+    assert 'id="erase-start-form"' in page(browser, f"/console/datasets/{dataset_id}")
+    # the dataset page's button leads to the confirmation page, which names the partner holding it
+    first = post(browser, f"/console/datasets/{dataset_id}/erase", {})
+    assert first.status_code == 303 and first.headers["location"] == f"/console/datasets/{dataset_id}/erase"
+    html = page(browser, first.headers["location"])
+    assert (
+        'id="erase-holders"' in html
+        and f"/console/partners/{partner['id']}" in html
+        and 'name="force"' in html
+    )
+    # confirmed without force: the 409, shown as the console's error page; nothing erased
+    refused = post(browser, f"/console/datasets/{dataset_id}/erase", {"confirm": "yes"})
+    assert refused.status_code == 409 and "still granted to partners" in refused.text
+    assert api.get(f"/v1/datasets/{dataset_id}", headers=ADMIN).json()["erased_at"] is None
+    # confirmed with force: post/redirect/get to the tombstone
+    done = post(browser, f"/console/datasets/{dataset_id}/erase", {"confirm": "yes", "force": "true"})
+    assert done.status_code == 303 and done.headers["location"] == f"/console/datasets/{dataset_id}"
+    tomb = page(browser, done.headers["location"])
+    assert 'id="erased-notice"' in tomb and 'id="release-form"' not in tomb
+    assert api.get(f"/v1/datasets/{dataset_id}", headers=ADMIN).json()["erased_at"] is not None
+    assert 'id="erase-form"' not in page(
+        browser, f"/console/datasets/{dataset_id}/erase"
+    )  # nothing left to do
+    actions = [(e["method"], e["path"], e["status_code"]) for e in access_log(api)]
+    erase = f"/console/datasets/{dataset_id}/erase"
+    assert [a for a in actions if a[1] == erase] == [
+        ("POST", erase, 303),
+        ("POST", erase, 409),
+        ("POST", erase, 303),
+    ]
+    assert_clean(browser)

@@ -5,6 +5,7 @@ privacy; and what ``pobo reconcile`` makes of both."""
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ from curator_service.services import corrections as correction_service
 from curator_service.services import queries as query_service
 from shared.protocol.keys import request_key
 from shared.protocol.schemas import QueriesPublic, QueryLogVerification
+from shared.servicekit.hashchain import GENESIS_HASH, link_hash
 from shared.servicekit.principal import Principal
 from shared.tools.reconcile import Supersession, compare_release_logs
 from tests.curator_service.conftest import ADMIN, World, bearer
@@ -75,10 +77,11 @@ async def test_a_value_not_yet_sent_is_replaced(lab: Lab) -> None:
     assert got["y"] == 0.713 and got["corrections"] == [] and "0.731" not in str(got)
     listed = await lab.client.get(f"/v1/releases/{lab.release['id']}/corrections", headers=lab.headers(0))
     assert listed.json() == {"data": [], "count": 0}
-    # both values are links of the chain, which verifies (the partner counts its own query's link)
+    # both values are links of the chain, which verifies; the partner counts no link: its query's covers
+    # the value it was never sent (its hash would give that value away)
     assert (await _verify(lab.client, lab.release["id"]))["entries"] == 2
     mine = await _verify(lab.client, lab.release["id"], lab.headers(0))
-    assert mine["ok"] and mine["entries"] == 1
+    assert mine["ok"] and mine["entries"] == 0 and mine["head"] == GENESIS_HASH
 
 
 async def test_a_value_sent_is_superseded_and_both_are_kept(lab: Lab) -> None:
@@ -107,8 +110,9 @@ async def test_a_value_sent_is_superseded_and_both_are_kept(lab: Lab) -> None:
     ]
     verified = await _verify(lab.client, lab.release["id"])
     assert verified["ok"] and verified["entries"] == 3
+    # the partner counts its query's link only: a supersession's covers the lab's reason
     mine = await _verify(lab.client, lab.release["id"], lab.headers(0))
-    assert mine["ok"] and mine["entries"] == 3 and mine["head"] == verified["head"]
+    assert mine["ok"] and mine["entries"] == 1 and mine["head"] != verified["head"]
 
 
 @pytest.mark.parametrize("how", ["list", "long-poll", "replay"])
@@ -366,3 +370,74 @@ async def test_reconcile_lists_a_supersession_both_sides_recorded(lab: Lab) -> N
     assert [m.kind for m in report.mismatches] == ["supersession values differ"]
     stale = await _compare(lab, [_entry(q, 1, 0.5)])
     assert [m.kind for m in stale.mismatches] == ["outcome y differs"]
+
+
+def _link_of(query: dict[str, Any], seq: int, y: float, prev: str) -> str:
+    """The hash of ``query``'s chain link if it had been completed with ``y`` (``querylog.query_payload``),
+    computed from what the partner is shown of it."""
+    payload = {
+        "seq": seq,
+        "query_id": query["id"],
+        "release_id": query["release_id"],
+        "partner_id": query["partner_id"],
+        "index": query["index"],
+        "status": "complete",
+        "y": y,
+        "idempotency_key": query["idempotency_key"],
+        "created_at": datetime.fromisoformat(query["created_at"]),
+        "completed_at": datetime.fromisoformat(query["completed_at"]),
+    }
+    return link_hash(prev, payload)
+
+
+async def test_a_replaced_value_cannot_be_read_back_from_the_partners_chain_head(lab: Lab) -> None:
+    """A value replaced before delivery never reaches the partner, not even as the hash its chain head
+    shows: a lab value has few digits, so a hash of it is as good as the value (a dictionary of 0.000 ..
+    2.000 finds it). The partner's verification counts only links of values it was sent."""
+    q = await _measured(lab, 0, 3, 0.731)
+    seen = {(await _verify(lab.client, lab.release["id"], lab.headers(0)))["head"]}  # before delivery
+    assert (await _correct(lab.client, q["id"], 0.713, "typo")).json()["corrections"][0][
+        "kind"
+    ] == "correction"
+    got = (await lab.client.get(f"/v1/queries/{q['id']}", headers=lab.headers(0))).json()
+    assert got["y"] == 0.713
+    seen.add((await _verify(lab.client, lab.release["id"], lab.headers(0)))["head"])  # after it
+    dictionary = {_link_of(got, 1, k / 1000, GENESIS_HASH): k / 1000 for k in range(2001)}
+    assert 0.713 in dictionary.values()  # (the dictionary covers the kind of value a lab posts)
+    assert [dictionary[h] for h in seen if h in dictionary] == []
+
+
+async def test_the_curators_reason_cannot_be_confirmed_from_the_partners_chain_head(lab: Lab) -> None:
+    """A supersession's link covers the lab's reason, which stays with the curator; every other field of it
+    is shown to the partner, so a hash of it among the partner's would confirm a guessed reason (a sample id
+    in it: a few thousand guesses)."""
+    q = await _measured(lab, 0, 3, 0.731)
+    got = (await lab.client.get(f"/v1/queries/{q['id']}", headers=lab.headers(0))).json()  # delivered
+    seen = {(await _verify(lab.client, lab.release["id"], lab.headers(0)))["head"]}
+    reason = "sample S-0042 re-measured: bubble in the cuvette"
+    r = await _correct(lab.client, q["id"], 0.713, reason)
+    [c] = r.json()["corrections"]
+    assert c["kind"] == "supersession"
+    shown = (await lab.client.get(f"/v1/queries/{q['id']}", headers=lab.headers(0))).json()["corrections"][0]
+    assert shown["reason"] is None
+    seen.add((await _verify(lab.client, lab.release["id"], lab.headers(0)))["head"])
+    prev = _link_of(got, 1, 0.731, GENESIS_HASH)
+    assert prev in seen  # the partner's own query's link: its value is the one it was sent
+
+    def link(guess: str) -> str:
+        payload = {
+            "seq": shown["chain_seq"],
+            "entry": "correction",
+            "query_id": q["id"],
+            "release_id": q["release_id"],
+            "partner_id": q["partner_id"],
+            "kind": "supersession",
+            "previous_y": shown["previous_y"],
+            "y": shown["y"],
+            "reason": guess,
+            "created_at": datetime.fromisoformat(shown["created_at"]),
+        }
+        return link_hash(prev, payload)
+
+    guesses = {link(f"sample S-{k:04d} re-measured: bubble in the cuvette"): k for k in range(100)}
+    assert [guesses[h] for h in seen if h in guesses] == []

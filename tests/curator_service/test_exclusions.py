@@ -108,3 +108,117 @@ async def test_exclusions_are_a_partner_s_own(world: World) -> None:
     token = await _partner(world.client, [], **OP)  # granted nothing: the release is not its to read
     response = await world.client.get(f"/v1/releases/{world.release['id']}/exclusions", headers=bearer(token))
     assert response.status_code == 404
+
+
+def _refused_by_admit(app: Any, partner_id: int, release_id: int, n: int) -> set[int]:
+    """The rows ``outputs.admit`` refuses the partner now, found by trying each one (rolled back)."""
+    from curator_service import repository as repo
+    from curator_service.exceptions import RowUnaffordable
+    from curator_service.models import Query
+    from curator_service.services import outputs
+
+    refused: set[int] = set()
+    db = app.state.components.db
+    for i in range(n):
+        with db.session(write=True) as session:
+            partner = repo.get_partner(session, partner_id)
+            release = repo.get_release(session, release_id)
+            assert partner is not None and release is not None
+            dataset = repo.get_dataset(session, release.dataset_id)
+            assert dataset is not None
+            query = Query(release_id=release_id, partner_id=partner_id, row_index=i, status="pending", y=None)
+            session.add(query)
+            session.flush()
+            try:
+                outputs.admit(session, partner, dataset, query)
+            except RowUnaffordable:
+                refused.add(i)
+            finally:
+                session.rollback()
+    return refused
+
+
+async def test_exclusions_are_exactly_what_admit_refuses_by_brute_force(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    """Several grants (cached and fresh repeats, different caps, a raw and an uncapped one asking too), two
+    datasets of one population (one with 2 rows per person), a grant tightened half-way: after every query,
+    each capped grant's list for each release is exactly the set of rows ``admit`` refuses, and a 409 is
+    only ever given for a listed row. Every other grant's queries leave a grant's list as it was."""
+    import random
+
+    n = 10
+    X, y = synthetic(n=40, d=3)
+    releases: list[int] = []
+    for name, k in (("visit-1", 1), ("visit-2", 2)):
+        csv = make_csv(X + (name == "visit-2"), y)
+        ds = (await upload(client, csv, name=name, population="ward", rows_per_person=k)).json()
+        assert ds["rows_per_person"] == k
+        rel = await client.post(
+            f"/v1/datasets/{ds['id']}/releases", headers=ADMIN, json={"epsilon": 0.5, "delta": 1e-5}
+        )
+        assert rel.status_code == 201, rel.text
+        releases.append(rel.json()["id"])
+    grants: dict[str, dict[str, Any]] = {
+        "fresh": dict(OP, fresh_repeats=True, max_epsilon_per_row=4.5 * CHARGE),
+        "cached": dict(OP, max_epsilon_per_row=3.5 * CHARGE),
+        "tight": dict(OP, fresh_repeats=True, max_epsilon_per_row=2 * CHARGE),
+        "uncapped": dict(OP),
+        "raw": {},
+    }
+    tokens: dict[str, str] = {}
+    ids: dict[str, int] = {}
+    for name, op in grants.items():
+        body: dict[str, Any] = {"name": name, "release_ids": releases, "max_queries": 500}
+        if op:
+            body["output_privacy"] = op
+        r = await client.post("/v1/partners", headers=ADMIN, json=body)
+        assert r.status_code == 201, r.text
+        tokens[name], ids[name] = r.json()["token"], r.json()["id"]
+    capped = ("fresh", "cached", "tight")
+
+    async def check() -> dict[tuple[str, int], tuple[list[int], list[int] | None]]:
+        lists = {}
+        for name in capped:
+            for rid in releases:
+                got = await _exclusions(client, rid, tokens[name])
+                refused = _refused_by_admit(app, ids[name], rid, n)
+                listed = (
+                    set(got["excluded"])
+                    if got["only_allowed"] is None
+                    else set(range(n)) - set(got["only_allowed"])
+                )
+                assert got["only_allowed"] is None or got["excluded"] == []
+                assert listed == refused, (name, rid, got, sorted(refused))
+                lists[(name, rid)] = (got["excluded"], got["only_allowed"])
+        return lists
+
+    rng = random.Random(5)
+    before = await check()
+    for step in range(40):
+        if (
+            step == 20
+        ):  # a tighter charge per answer: the cached grant's earlier answers are no longer its cache
+            r = await client.patch(
+                f"/v1/partners/{ids['cached']}",
+                headers=ADMIN,
+                json={"output_privacy": dict(grants["cached"], epsilon=0.8)},
+            )
+            assert r.status_code == 200, r.text
+            before = await check()
+        who = rng.choice(list(grants))
+        rid = rng.choice(releases)
+        index = rng.randrange(n)
+        listed = before.get((who, rid))
+        r = await _ask(client, rid, tokens[who], index)
+        assert r.status_code in (201, 409), r.text
+        after = await check()
+        if r.status_code == 409:
+            assert r.headers[ERROR_CODE_HEADER] == ROW_UNAFFORDABLE
+            assert listed is not None
+            excluded, only = listed
+            assert index in excluded if only is None else index not in only
+        for key, value in after.items():  # another grant's query changes no other grant's list
+            if key[0] != who:
+                assert value == before[key], (who, key)
+        before = after

@@ -138,6 +138,9 @@ async def test_ledger_keeps_native_parameters_and_a_tighter_composition(world: W
         "sensitivity": pytest.approx(cal.sensitivity, rel=1e-12),
         "sigma": pytest.approx(world.release["noise_std"], rel=1e-12),
         "charge_factor": 1.0,
+        # the sampler's margins of the claim, folded into epsilon_pld
+        "epsilon_margin": pytest.approx(cal.sampler.epsilon, rel=1e-12),
+        "delta_margin": pytest.approx(cal.sampler.delta, rel=1e-12),
     }
     assert two["native"]["noise_multiplier"] == pytest.approx(calibrate(2.0, 1e-5, 6).noise_multiplier)
     assert ledger["epsilon_spent"] == 3.0 and ledger["delta_spent"] == pytest.approx(2e-5)

@@ -1,7 +1,8 @@
 """Migration 0002 chains the queries an older database already holds, so an upgraded log verifies:
 queries asked at head → downgrade to 0001 (chain columns gone) → upgrade (backfill) → same chain. 0007
 moves partner tokens to their own table and back; 0008 (lab workflow) takes answered queries as delivered
-and refuses a downgrade that would drop sample ids or corrections."""
+and refuses a downgrade that would drop sample ids or corrections; 0009 (erasure) refuses one that would
+take an erased dataset for a live one."""
 
 from __future__ import annotations
 
@@ -92,3 +93,29 @@ async def test_migration_0008_downgrade_refuses_to_drop_sample_ids_or_correction
     )
     pending = (await client.get("/v1/queries", headers=ADMIN, params={"status": "complete"})).json()
     assert [(x["id"], x["sample_id"], x["corrections"]) for x in pending["data"]] == [(q["id"], "S-002", 1)]
+
+
+async def test_migration_0009_downgrade_refuses_to_revive_an_erased_dataset(world: World, app: Any) -> None:
+    """0009 adds the tombstones and drops them again while nothing is erased; once a dataset is erased, the
+    downgrade refuses (the older schema would take it for a live dataset whose files are missing)."""
+    db = app.state.components.db
+    db.engine.dispose()
+    run_migrations(db.engine, alembic_config(), revision="0008", downgrade=True)
+    with db.engine.connect() as conn:
+        for table in ("curator_datasets", "curator_releases", "curator_gradient_oracles"):
+            assert "erased_at" not in {c["name"] for c in inspect(conn).get_columns(table)}
+    upgrade(db.engine)
+    r = await world.client.delete(
+        f"/v1/datasets/{world.dataset['id']}", headers=ADMIN, params={"force": "true"}
+    )
+    assert r.status_code == 200 and r.json()["erased_at"] is not None
+    db.engine.dispose()
+    with pytest.raises(RuntimeError) as err:
+        run_migrations(db.engine, alembic_config(), revision="0008", downgrade=True)
+    assert str(err.value) == (
+        f"cannot downgrade the curator's database below revision 0009: dataset(s) {world.dataset['id']} were "
+        "erased, and the older schema would take them for live datasets whose files are missing. Restore a "
+        "backup taken before the upgrade instead."
+    )
+    shown = (await world.client.get(f"/v1/datasets/{world.dataset['id']}", headers=ADMIN)).json()
+    assert shown["erased_at"] is not None  # the refused downgrade changed nothing

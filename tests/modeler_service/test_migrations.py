@@ -1,5 +1,6 @@
-"""The modeler's models match its migrated schema, migrations 0002 and 0008 upgrade studies made before
-them, and 0005 / 0008 refuse to downgrade a database holding gradient-oracle studies / supersessions."""
+"""The modeler's models match its migrated schema, migrations 0002, 0008 and 0009 upgrade studies made
+before them, 0005 / 0008 refuse to downgrade a database holding gradient-oracle studies / supersessions, and
+0009 downgrades (dropping the studies' names and tags)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,23 @@ def test_a_recorded_supersession_blocks_a_downgrade_below_0008(client: Any, app:
         run_migrations(db.engine, alembic_config(), revision="0007", downgrade=True)
     upgrade(db.engine)  # still at head
     assert client.get(f"/v1/studies/{sid}/audit/verify").json()["ok"]
+
+
+def test_studies_before_0009_have_no_name_nor_tags_and_0009_downgrades(client: Any, app: Any) -> None:
+    from tests.modeler_service.conftest import study_body
+
+    tagged = client.post("/v1/studies", json=study_body(name="Named", tags=["a", "B"])).json()
+    db = app.state.components.ctx.db
+    db.engine.dispose()
+    run_migrations(db.engine, alembic_config(), revision="0008", downgrade=True)  # drops names and tags
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT id FROM modeler_studies")).scalars().all() == [tagged["id"]]
+    upgrade(db.engine)
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM modeler_study_tags")).scalar() == 0
+    shown = client.get(f"/v1/studies/{tagged['id']}").json()
+    assert (shown["name"], shown["tags"]) == (None, [])
+    assert [s["id"] for s in client.get("/v1/studies").json()["data"]] == [tagged["id"]]
+    assert client.get("/v1/studies?tag=a").json()["count"] == 0
+    retagged = client.patch(f"/v1/studies/{tagged['id']}", json={"tags": ["a"]}).json()
+    assert retagged["tags"] == ["a"] and client.get("/v1/studies?tag=A").json()["count"] == 1

@@ -244,3 +244,90 @@ def test_the_study_calls_answer_the_contracts_models(bare: TestClient) -> None:
         more = modeler.update_study(study.id, iterations=6)
         assert (more.status, more.iterations_total) == ("ready", 6)
         assert [s.id for s in modeler.list_studies().data] == [study.id]
+
+
+def test_the_client_passes_names_and_tags_through(bare: TestClient) -> None:
+    from shared.protocol.schemas.studies import StudyCreate
+    from tests.modeler_service.conftest import study_body
+
+    with ModelerClient("http://modeler.test", TOKEN, transport=AppTransport(bare)) as modeler:
+        a = modeler.create_study(StudyCreate.model_validate(study_body(name="Alpha run", tags=["x", "y"])))
+        b = modeler.create_study({**study_body(), "name": "beta run", "tags": ["y"]})
+        assert (a.name, a.tags, b.name, b.tags) == ("Alpha run", ["x", "y"], "beta run", ["y"])
+        assert [s.id for s in modeler.list_studies(name="RUN").data] == [a.id, b.id]
+        assert [s.id for s in modeler.list_studies(tags=["Y"]).data] == [a.id, b.id]
+        assert [s.id for s in modeler.list_studies(name="beta", tags=("y",)).data] == [b.id]
+        assert [s.id for s in modeler.list_studies(tags=["x", "y"]).data] == [a.id]
+        with pytest.raises(ModelerApiError) as err:
+            modeler.list_studies(tags=["not a tag"])
+        assert err.value.status_code == 422 and "is not a valid tag" in err.value.detail
+        changed = modeler.update_study(b.id, name="Beta", tags=["z"])
+        assert (changed.name, changed.tags) == ("Beta", ["z"])
+        cleared = modeler.update_study(b.id, clear_name=True, tags=[])
+        assert (cleared.name, cleared.tags) == (None, [])
+        with pytest.raises(ValueError, match="not both"):
+            modeler.update_study(b.id, name="x", clear_name=True)
+
+
+def test_the_sdk_and_the_cli_pass_names_and_tags_through(
+    bare: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    import pobo
+    from shared.tools import sdkcli
+    from shared.tools.cli import app
+    from tests.modeler_service.fake_curator import PARTNER_TOKEN
+
+    def modeler() -> pobo.Modeler:
+        return pobo.Modeler("http://modeler.test", TOKEN, transport=AppTransport(bare))
+
+    with modeler() as sdk:
+        a = sdk.create_study(
+            curator_url="http://curator.test", release_id=1, curator_token=PARTNER_TOKEN, iterations=2,
+            name="Alpha", tags=("cohort-a", "site:x"),
+        )  # fmt: skip
+        assert (a.name, a.tags) == ("Alpha", ["cohort-a", "site:x"])
+        assert [s.id for s in sdk.studies(tag="COHORT-A").data] == [a.id]
+        assert [s.id for s in sdk.studies(name="alp", tag=["site:x", "cohort-a"]).data] == [a.id]
+        assert sdk.studies(tag=["cohort-a", "cohort-b"]).count == 0
+        relabelled = sdk.relabel(a.id, name="", tags=["kept"])
+        assert (relabelled.name, relabelled.tags) == (None, ["kept"])
+        assert sdk.relabel(a.id, name="Alpha again").tags == ["kept"]
+        with pytest.raises(ValueError, match="a name and/or tags"):
+            sdk.relabel(a.id)
+
+    monkeypatch.setattr(sdkcli, "_modeler", modeler)
+    env = {"POBO_PARTNER_TOKEN": PARTNER_TOKEN, "POBO_PROFILE": "/nonexistent"}
+    runner = CliRunner()
+    made = runner.invoke(
+        app,
+        ["study", "create", "--release", "1", "--iterations", "2", "--curator-url", "http://curator.test"]
+        + ["--name", "Beta", "--tag", "cohort-b", "--tag", "site:x", "--json"],
+        env=env,
+    )
+    assert made.exit_code == 0, made.output
+    b = json.loads(made.stdout)
+    assert (b["name"], b["tags"]) == ("Beta", ["cohort-b", "site:x"])
+    bad = runner.invoke(
+        app,
+        ["study", "create", "--release", "1", "--iterations", "2", "--curator-url", "http://curator.test"]
+        + ["--tag", "no good"],
+        env=env,
+    )
+    assert bad.exit_code == 1 and "tag 'no good' is not a valid tag" in bad.output
+    for args, expected in (
+        (["--tag", "site:x"], [b["id"]]),
+        (["--tag", "kept"], [a.id]),
+        (["--tag", "SITE:X", "--tag", "cohort-b"], [b["id"]]),
+        (["--name", "alpha"], [a.id]),
+        (["--name", "a", "--tag", "cohort-b"], [b["id"]]),
+        ([], [a.id, b["id"]]),
+    ):
+        listed = runner.invoke(app, ["study", "list", *args, "--json"], env=env)
+        assert listed.exit_code == 0, listed.output
+        assert [s["id"] for s in json.loads(listed.stdout)["data"]] == expected, args
+    table = runner.invoke(app, ["study", "list", "--tag", "cohort-b"], env={**env, "COLUMNS": "160"})
+    assert table.exit_code == 0 and "Beta" in table.output and "cohort-b, site:x" in table.output

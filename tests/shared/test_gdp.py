@@ -158,7 +158,8 @@ def test_replace_one_would_double_the_sensitivity_and_overcharge(mu: float) -> N
 
 def test_ledger_convention_matches() -> None:
     """A ``{"kind": "gdp", "mu": mu}`` charge of ``shared.privacy.accounting`` costs the same epsilon."""
-    charge = Charge(gdp_epsilon(1.0, DELTA), DELTA, {"kind": "gdp", "mu": 1.0})
+    ideal = {"epsilon_margin": 0.0, "delta_margin": 0.0}  # the ideal mechanism: no sampler margins
+    charge = Charge(gdp_epsilon(1.0, DELTA), DELTA, {"kind": "gdp", "mu": 1.0, **ideal})
     assert pld_composition([charge], DELTA) == pytest.approx(gdp_epsilon_pld(1.0, 30, DELTA), rel=1e-6)
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 
 from curator_service.api.deps import AdminDep, ComponentsDep, RowId, SessionDep
 from curator_service.services import datasets as dataset_service
+from curator_service.services import erasure as erasure_service
 from curator_service.services import populations as population_service
 from curator_service.services import privacy as privacy_service
 from shared.protocol.schemas import (
@@ -203,6 +204,40 @@ def get_dataset(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> Dat
     return dataset_service.view(session, dataset_service.get_dataset(session, dataset_id))
 
 
+@router.delete(
+    "/v1/datasets/{dataset_id}",
+    response_model=DatasetPublic,
+    summary="Erase a dataset: its rows, outcomes, sample ids and every file derived from them",
+    description="The features, outcomes and sample ids, and the Z of every release of the dataset, leave the "
+    "data dir; the dataset, its releases and gradient oracles stay as tombstones (`erased_at`), so the "
+    "ledger, the access log and the query logs (hash chains included) keep every reference and still "
+    "verify. The query logs keep each answer as it was sent to its partner (the chain's links cover it); "
+    "raw measured values kept beside privatised answers are dropped. Erasing an erased dataset answers "
+    "200 again. After an erasure, a partner's request on one of its releases or gradient oracles is a 410 "
+    "Gone (`release N was erased: ...`), and so is any admin action that needs its data.",
+    responses={
+        **_ERRORS,
+        404: {"description": "No such dataset."},
+        409: {
+            "description": "A partner that is not revoked still holds a grant on one of its releases or "
+            "gradient oracles (the message names them); revoke them, or pass `force=true`."
+        },
+    },
+)
+def erase_dataset(
+    dataset_id: RowId,
+    _admin: AdminDep,
+    components: ComponentsDep,
+    force: Annotated[
+        bool,
+        Query(description="Erase although partners still hold grants on it (they then get 410 Gone)."),
+    ] = False,
+) -> DatasetPublic:
+    erasure_service.erase_dataset(components.db, components.store, dataset_id, force=force)
+    with components.db.session(write=False) as session:
+        return dataset_service.view(session, dataset_service.get_dataset(session, dataset_id))
+
+
 @router.get(
     "/v1/datasets/{dataset_id}/privacy",
     response_model=PrivacyReport,
@@ -213,7 +248,11 @@ def get_dataset(dataset_id: RowId, _admin: AdminDep, session: SessionDep) -> Dat
     "For the paper's Algorithm 1 (po-gp-ucb, no formal guarantee): why, and its diagnostics: sigma_min (the "
     "smallest singular value of the centred, scaled features, cached), the r -> omega -> feasible table "
     "and the recommended r (data-dependent, outside any guarantee).",
-    responses={**_ERRORS, 404: {"description": "No such dataset."}},
+    responses={
+        **_ERRORS,
+        404: {"description": "No such dataset."},
+        410: {"description": "The dataset was erased: `dataset N was erased`."},
+    },
 )
 def privacy(
     dataset_id: RowId,

@@ -24,6 +24,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or invalid token."},
     403: {"description": "Wrong kind of token (admin-only, or partner-only)."},
     404: {"description": "No such dataset or gradient oracle (or not granted to this partner)."},
+    410: {
+        "description": "Its dataset was erased (`DELETE /v1/datasets/{id}`); the detail says what: "
+        "`gradient oracle N was erased: its dataset was erased by the curator`, `dataset N was erased`, ..."
+    },
 }
 
 

@@ -82,6 +82,7 @@ def list_lab_queries(
     responses={
         **_ERRORS,
         409: {"description": "A line names a query that is already complete: nothing posted."},
+        410: {"description": "A line names a release whose dataset was erased: nothing posted."},
         413: {"description": "The file is larger than the request body limit."},
         422: {"description": "A bad line (named), or a bad header: nothing posted."},
     },
@@ -124,6 +125,7 @@ def post_results(
     responses={
         **_ERRORS,
         404: {"description": "No such query."},
+        410: {"description": "The query's dataset was erased."},
         409: {
             "description": "The query is pending (post its result instead), a cached repeat (correct the "
             "query it repeats), of a column dataset, or its grant's output allotment for the person is "
@@ -146,7 +148,12 @@ def correct_result(
     description="A partner sees the supersessions of its own queries (values it had been sent, and the "
     "values that replaced them): what its audit log should record beside the first answer. The admin sees "
     "corrections made before delivery too, with their reasons. Page with `after_id`.",
-    responses={**_ERRORS, 403: {"description": "Not granted."}, 404: {"description": "No such release."}},
+    responses={
+        **_ERRORS,
+        403: {"description": "Not granted."},
+        404: {"description": "No such release."},
+        410: {"description": "The release's dataset was erased: `release N was erased: ...`."},
+    },
 )
 def list_corrections(
     release_id: RowId,

@@ -38,6 +38,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or invalid token."},
     403: {"description": "Not granted / not yours / wrong kind of token."},
     404: {"description": "No such release or query."},
+    410: {
+        "description": "Its dataset was erased (`DELETE /v1/datasets/{id}`); the detail says what: "
+        "`release N was erased: its dataset was erased by the curator`, `dataset N was erased`, ..."
+    },
 }
 
 

@@ -27,6 +27,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or invalid token."},
     403: {"description": "A partner token without a grant for this release (or an admin-only endpoint)."},
     404: {"description": "No such release or dataset."},
+    410: {
+        "description": "Its dataset was erased (`DELETE /v1/datasets/{id}`); the detail says what: "
+        "`release N was erased: its dataset was erased by the curator`, `dataset N was erased`, ..."
+    },
 }
 
 

@@ -55,9 +55,27 @@ def create_study(body: StudyCreate, session: SessionDep, ctx: ContextDep) -> Stu
     return service.to_public(service.create_study(session, ctx, body))
 
 
-@router.get("", summary="List studies")
-def list_studies(session: SessionDep) -> StudiesPublic:
-    return service.list_studies(session)
+@router.get(
+    "",
+    summary="List studies (all, or by name and tags)",
+    responses={422: {"description": "A tag filter that is not a valid tag"}},
+)
+def list_studies(
+    session: SessionDep,
+    name: Annotated[
+        str | None,
+        Query(max_length=200, description="Only studies whose name contains this text, ignoring case."),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        Query(
+            description="Only studies with this tag, ignoring case; repeat it (`?tag=a&tag=b`) for studies "
+            "with every one of them.",
+        ),
+    ] = None,
+) -> StudiesPublic:
+    """Every study, oldest first; ``name`` and ``tag`` narrow the list (both: studies that match both)."""
+    return service.list_studies(session, name=name, tags=tag)
 
 
 @router.get("/{study_id}", summary="A study: status, progress, best row", responses=_ERRORS)
@@ -67,7 +85,7 @@ def get_study(study_id: str, session: SessionDep, ctx: ContextDep) -> StudyPubli
 
 @router.patch(
     "/{study_id}",
-    summary="Change a study: a rotated partner token, a new budget",
+    summary="Change a study: a rotated partner token, a new budget, its name or tags",
     responses={
         **_ERRORS,
         422: {
@@ -80,7 +98,9 @@ def update_study(study_id: str, body: StudyUpdate, ctx: ContextDep) -> StudyPubl
     """``curator_token``: the partner's new token after a rotation at the curator (checked against the
     curator; a running study uses it from its next request on). ``iterations``: the study's new budget, at
     least what it has made and, when raised, within what the curator's grant has left (the partner's quota,
-    the oracle's steps); a done study with a larger budget is ready again: ``POST .../run`` resumes it."""
+    the oracle's steps); a done study with a larger budget is ready again: ``POST .../run`` resumes it.
+    ``name`` and ``tags``: a new name (null removes it) and tags (replacing all; ``[]`` removes them), in any
+    status, without asking the curator."""
     study = service.update_study(ctx, study_id, body)
     with transaction(ctx.db, write=False) as session:
         return service.to_public(service.get_study(session, study.id))

@@ -39,6 +39,7 @@ from shared.errors import InputDataError
 from shared.privacy.gdp import gdp_epsilon
 from shared.privacy.lattice import (
     LatticeGaussian,
+    SamplerMargins,
     add_lattice_noise,
     check_sampler_margins,
     exact_sum,
@@ -54,6 +55,7 @@ __all__ = [
     "clip_rows",
     "noise_std",
     "oracle_epsilon",
+    "oracle_margins",
     "per_user_gradients",
     "private_gradient",
     "private_gradient_diagnostics",
@@ -91,8 +93,14 @@ def oracle_epsilon(mu: float, delta: float, T: int, d: int, *, rows: int = 1) ->
     k = max(1, int(rows))
     if math.isinf(mu):
         return math.inf
-    margins = check_sampler_margins(gdp_epsilon(k * mu, delta), delta, d, math.sqrt(T) / (k * mu), draws=T)
+    margins = oracle_margins(mu, delta, T, d, rows=k)
     return gdp_epsilon(k * mu, margins.ideal_delta(delta)) + margins.epsilon
+
+
+def oracle_margins(mu: float, delta: float, T: int, d: int, *, rows: int = 1) -> SamplerMargins:
+    """The sampler's margins in ``oracle_epsilon``'s claim (T draws of d entries; the ledger keeps them)."""
+    k = max(1, int(rows))
+    return check_sampler_margins(gdp_epsilon(k * mu, delta), delta, d, math.sqrt(T) / (k * mu), draws=T)
 
 
 def noise_std(B: float, T: int, n: int, mu: float, d: int = 1) -> float:

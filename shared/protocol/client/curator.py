@@ -31,6 +31,7 @@ from shared.protocol.schemas import (
     PartnerCreated,
     PartnerPublic,
     PartnersPublic,
+    PopulationsPublic,
     PrivacyReport,
     QueriesPublic,
     QueryLogVerification,
@@ -125,6 +126,10 @@ class CuratorClient(ApiClient):
     def ledger(self, dataset_id: int) -> Ledger:
         """The privacy ledger of the dataset's population: budget, spent, one entry per release (admin)."""
         return self._call(API.ledger, dataset_id=dataset_id)
+
+    def list_populations(self) -> PopulationsPublic:
+        """Every population (the people behind one or more datasets): its datasets, budget, spent (admin)."""
+        return self._call(API.list_populations)
 
     # -- releases --------------------------------------------------------------------------------------
     def create_release(

@@ -252,6 +252,7 @@ class API:
         "GET", "/v1/datasets/{dataset_id}/privacy", model(schemas.PrivacyReport), _privacy
     )
     ledger = Endpoint("GET", "/v1/datasets/{dataset_id}/ledger", model(Ledger))
+    list_populations = Endpoint("GET", "/v1/populations", model(schemas.PopulationsPublic))
     # releases
     create_release = Endpoint(
         "POST", "/v1/datasets/{dataset_id}/releases", release_model, _release, idempotent=False

@@ -162,23 +162,38 @@ class ModelerClient(FederationClient):
         """A study over a curator release or gradient oracle (``StudyCreate``, or its JSON as a dict)."""
         return self._call(ModelerAPI.create_study, body=_wire(body))
 
-    def list_studies(self) -> StudiesPublic:
-        """Every study."""
-        return self._call(ModelerAPI.list_studies)
+    def list_studies(self, *, name: str | None = None, tags: Sequence[str] = ()) -> StudiesPublic:
+        """Every study, or those whose name contains ``name`` (ignoring case) and that have every tag of
+        ``tags`` (ignoring case)."""
+        return self._call(ModelerAPI.list_studies, name=name, tags=list(tags))
 
     def get_study(self, study_id: str) -> StudyPublic:
         """A study: status, progress, best row."""
         return self._call(ModelerAPI.get_study, study_id=study_id)
 
     def update_study(
-        self, study_id: str, *, curator_token: str | None = None, iterations: int | None = None
+        self,
+        study_id: str,
+        *,
+        curator_token: str | None = None,
+        iterations: int | None = None,
+        name: str | None = None,
+        tags: Sequence[str] | None = None,
+        clear_name: bool = False,
     ) -> StudyPublic:
-        """A rotated partner token and/or a new budget (``PATCH /v1/studies/{id}``)."""
+        """A rotated partner token, a new budget, a new name and/or new tags (``PATCH /v1/studies/{id}``;
+        ``tags`` replace all of the study's, ``[]`` removes them; ``clear_name`` removes the name)."""
         body: dict[str, Any] = {}
         if curator_token is not None:
             body["curator_token"] = curator_token
         if iterations is not None:
             body["iterations"] = int(iterations)
+        if name is not None or clear_name:
+            if name is not None and clear_name:
+                raise ValueError("give a name or clear_name=True, not both")
+            body["name"] = name
+        if tags is not None:
+            body["tags"] = list(tags)
         return self._call(ModelerAPI.update_study, study_id=study_id, body=body)
 
     def step(self, study_id: str) -> StepResult:

@@ -83,6 +83,16 @@ def _wait(*, wait: float | None) -> Parts:
     return Parts(params={"wait": wait} if wait else None, extra_timeout=float(wait or 0.0))
 
 
+def _study_filter(*, name: str | None, tags: list[str]) -> Parts:
+    """``?name=`` and one ``?tag=`` per tag (every one must match)."""
+    params: dict[str, Any] = {}
+    if name is not None:
+        params["name"] = name
+    if tags:
+        params["tag"] = [str(t) for t in tags]
+    return Parts(params=params or None)
+
+
 def _run(*, iterations: int | None) -> Parts:
     return Parts(json=None if iterations is None else {"iterations": int(iterations)})
 
@@ -135,7 +145,7 @@ class ModelerAPI:
     create_study = ModelerEndpoint(
         "POST", "/v1/studies", model(studies.StudyPublic, _M), _body, idempotent=False
     )
-    list_studies = ModelerEndpoint("GET", "/v1/studies", model(studies.StudiesPublic, _M))
+    list_studies = ModelerEndpoint("GET", "/v1/studies", model(studies.StudiesPublic, _M), _study_filter)
     get_study = ModelerEndpoint("GET", "/v1/studies/{study_id}", model(studies.StudyPublic, _M))
     update_study = ModelerEndpoint(  # the same change again is the same result: safe to repeat
         "PATCH", "/v1/studies/{study_id}", model(studies.StudyPublic, _M), _body, idempotent=True

@@ -50,6 +50,11 @@ class DatasetPublic(BaseModel):
         "for the lab (`GET /v1/queries`), never a feature, never released.",
     )
     created_at: datetime
+    erased_at: datetime | None = Field(
+        default=None,
+        description="When the dataset was erased (`DELETE /v1/datasets/{id}`): its rows, outcomes, sample "
+        "ids and releases' files are gone; the record stays for the ledger and the query logs.",
+    )
 
 
 class DatasetsPublic(BaseModel):

@@ -3,6 +3,7 @@ the contract the modeler serves and ``shared.protocol.client.ModelerClient`` rea
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -31,6 +32,67 @@ def _registry_enum(schema: dict[str, Any]) -> None:
     from shared.bo.strategies import REGISTRY  # the registry as it is when the schema is made
 
     schema["enum"] = sorted(REGISTRY)
+
+
+#: A study's tags: at most this many, each 1-50 characters of these (``StudyCreate.tags``).
+MAX_TAGS = 20
+TAG_PATTERN = r"^[A-Za-z0-9_.:-]{1,50}$"
+_TAG = re.compile(TAG_PATTERN)
+_NAME_DESCRIPTION = (
+    "A name for people (1-200 characters; leading and trailing spaces are dropped). Not unique: the id "
+    "names the study. GET /v1/studies?name= finds it by a part of it."
+)
+_TAGS_DESCRIPTION = (
+    f"Labels to find the study by (GET /v1/studies?tag=): at most {MAX_TAGS}, each 1-50 characters of "
+    "letters, digits and '-', '_', '.', ':' (e.g. \"cohort-2024\", \"site:berlin\"). Kept as written, "
+    "compared ignoring case; a repeat is dropped."
+)
+
+
+def check_tag(tag: str) -> str:
+    """``tag`` if it is a valid tag, else a ValueError that says what a tag may be."""
+    if not _TAG.fullmatch(tag):
+        raise ValueError(
+            f"tag {tag!r} is not a valid tag: use 1-50 characters of letters, digits, '-', '_', '.' or ':' "
+            "(no spaces or commas; give several tags as several list items)"
+        )
+    return tag
+
+
+def clean_tags(tags: list[str] | None) -> list[str] | None:
+    """The tags checked (``check_tag``), at most ``MAX_TAGS``, repeats (ignoring case) dropped."""
+    if tags is None:
+        return None
+    seen: dict[str, str] = {}
+    for tag in tags:
+        seen.setdefault(check_tag(tag).lower(), tag)
+    if len(seen) > MAX_TAGS:
+        raise ValueError(f"a study has at most {MAX_TAGS} tags, got {len(seen)}: drop some")
+    return list(seen.values())
+
+
+def clean_name(name: str | None) -> str | None:
+    """The name without its surrounding spaces; one of spaces only is refused."""
+    if name is None:
+        return None
+    stripped = name.strip()
+    if not stripped:
+        raise ValueError("name must have at least one character besides spaces (or leave it out)")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in stripped):
+        raise ValueError("name must be one line of text without control characters")
+    return stripped
+
+
+def _name_field(description: str = _NAME_DESCRIPTION) -> Any:
+    return Field(default=None, min_length=1, max_length=200, description=description)
+
+
+def _tags_field(description: str = _TAGS_DESCRIPTION) -> Any:
+    return Field(
+        default=None,
+        description=description,
+        json_schema_extra={"maxItems": MAX_TAGS, "items": {"type": "string", "pattern": TAG_PATTERN}},
+    )
 
 
 def _words(runs_on: str) -> str:
@@ -69,6 +131,8 @@ class StudyCreate(Request):
                     "strategy": "gp-bucb",
                     "iterations": 50,
                     "strategy_params": {"batch_size": 5},
+                    "name": "Dose search, cohort A",
+                    "tags": ["cohort-a", "site:berlin"],
                 },
                 {
                     "curator_url": "http://127.0.0.1:8001",
@@ -158,6 +222,11 @@ class StudyCreate(Request):
         "fresh OS entropy). Stored by the modeler, never sent to the curator, never shown; it has no effect "
         "on the curator's release or noise.",
     )
+    name: str | None = _name_field()
+    tags: list[str] | None = _tags_field()
+
+    _name_ok = field_validator("name")(clean_name)
+    _tags_ok = field_validator("tags")(clean_tags)
 
     @model_validator(mode="after")
     def _one_source(self) -> StudyCreate:
@@ -288,6 +357,8 @@ class PendingRound(BaseModel):
 
 class StudyPublic(BaseModel):
     id: str
+    name: str | None = Field(default=None, description="The study's name (null: none given).")
+    tags: list[str] = Field(default_factory=list, description="The study's tags, as written.")
     status: StudyStatus
     release_id: int | None = Field(description="The release (null for a gradient-oracle study).")
     gradient_oracle_id: int | None = Field(
@@ -365,11 +436,18 @@ def _header_safe(value: SecretStr | None) -> SecretStr | None:
 
 
 class StudyUpdate(Request):
-    """``PATCH /v1/studies/{id}``: a new partner token (rotated at the curator) and/or a new budget."""
+    """``PATCH /v1/studies/{id}``: a new partner token (rotated at the curator), a new budget, a new name
+    or new tags (each optional; what is left out stays)."""
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"iterations": 200}, {"curator_token": "<the partner's new token>"}]},
+        json_schema_extra={
+            "examples": [
+                {"iterations": 200},
+                {"curator_token": "<the partner's new token>"},
+                {"name": "Dose search, cohort A (final)", "tags": ["cohort-a", "final"]},
+            ]
+        },
     )
 
     curator_token: SecretStr | None = Field(
@@ -388,13 +466,33 @@ class StudyUpdate(Request):
         "study runs. A done study with a larger budget is ready again (POST .../run).",
     )
 
+    name: str | None = _name_field(
+        "The study's new name (1-200 characters; null removes it); allowed in any status."
+    )
+    tags: list[str] | None = _tags_field(
+        f"The study's new tags, replacing all of its tags ([] removes them; at most {MAX_TAGS}, each 1-50 "
+        "characters of letters, digits, '-', '_', '.', ':'); allowed in any status."
+    )
+
     _token_is_header_safe = field_validator("curator_token")(_header_safe)
+    _name_ok = field_validator("name")(clean_name)
+    _tags_ok = field_validator("tags")(clean_tags)
 
     @model_validator(mode="after")
     def _something(self) -> StudyUpdate:
-        if self.curator_token is None and self.iterations is None:
-            raise ValueError("name what to change: curator_token and/or iterations")
+        if self.curator_token is None and self.iterations is None and not self.relabels:
+            raise ValueError("name what to change: curator_token, iterations, name and/or tags")
         return self
+
+    @property
+    def relabels(self) -> bool:
+        """Whether it changes the name or the tags (a ``"name": null`` removes the name)."""
+        return "name" in self.model_fields_set or self.tags is not None
+
+    @property
+    def asks_curator(self) -> bool:
+        """Whether the change needs the curator (a new token or budget); a name or tags do not."""
+        return self.curator_token is not None or self.iterations is not None
 
 
 class RunRequest(Request):
