@@ -124,12 +124,29 @@ class ServiceProcess:
                         f"the {self.kind} exited with code {self.proc.returncode}:\n{self.log_tail()}"
                     )
                 try:
-                    if http.get(f"{self.url}/healthz").status_code == 200 and self._workers_started():
+                    if (
+                        http.get(f"{self.url}/healthz").status_code == 200
+                        and self._listens()
+                        and self._workers_started()
+                    ):
                         return
                 except httpx.TransportError:
                     pass
                 time.sleep(0.05)
         raise RuntimeError(f"the {self.kind} did not become healthy in {timeout:.0f} s:\n{self.log_tail()}")
+
+    def _listens(self) -> bool:
+        """The port is held by this service's own processes. ``free_port`` cannot reserve a port, so another
+        service started at the same moment can take it first: its ``/healthz`` answers while this one fails
+        to bind, and a caller would talk to the wrong service."""
+        import psutil
+
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                for conn in psutil.Process(pid).net_connections(kind="tcp"):
+                    if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == self.port:
+                        return True
+        return False
 
     def _workers_started(self) -> bool:
         """With several workers: every one has finished its start-up (so none is still importing when the

@@ -55,3 +55,18 @@ def test_a_data_dir_open_to_others_is_reported(tmp_path: Path) -> None:
     assert "has mode 755: other users of this machine may read what it holds" in text
     assert f"chmod 700 {data_dir}" in text
     assert [p for p in _open_to_others(data_dir) if not p.startswith("curator ")] == []  # files: still 0600
+
+
+def test_a_service_whose_port_another_service_holds_is_not_healthy(tmp_path: Path) -> None:
+    """The test harness's own guard: ``free_port`` cannot reserve a port, so two services started at once
+    can pick the same one. The one that fails to bind must not be reported healthy because the other's
+    ``/healthz`` answers on that port (a test would then talk to the wrong service)."""
+    token = "admin-token-0123456789abcdef0123456789"
+    port = free_port()
+    env = curator_env(tmp_path / "first", token)
+    with ServiceProcess("curator", port=port, env=env, log_path=tmp_path / "first.log") as first:
+        first.wait_healthy()
+        env = curator_env(tmp_path / "second", token)
+        with ServiceProcess("curator", port=port, env=env, log_path=tmp_path / "second.log") as second:
+            with pytest.raises(RuntimeError, match="the curator exited with code"):
+                second.wait_healthy()
