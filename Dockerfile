@@ -14,13 +14,17 @@ RUN mkdir -p /data/curator /data/modeler \
     && chmod 0700 /data/curator /data/modeler
 WORKDIR /app
 # The services find their alembic environments at <source>/migrations, so the source tree stays in /app.
-COPY pyproject.toml README.md ./
+# constraints.txt pins every run-time dependency, transitive ones too, at the versions the tests ran with
+# (regenerate with `make lock`): a rebuild installs the same packages, not whatever is newest that day.
+COPY pyproject.toml README.md constraints.txt ./
 COPY shared ./shared
 COPY curator_service ./curator_service
 COPY modeler_service ./modeler_service
 COPY pobo ./pobo
 COPY migrations ./migrations
-RUN python -m venv /opt/pobo && /opt/pobo/bin/pip install --upgrade pip && /opt/pobo/bin/pip install -e /app
+RUN python -m venv /opt/pobo \
+    && /opt/pobo/bin/pip install --upgrade pip \
+    && /opt/pobo/bin/pip install -c /app/constraints.txt -e /app
 WORKDIR /data
 USER pobo
 EXPOSE 8001 8002

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pobo-installed
 
-.PHONY: demo test lint docs bench bench-perf bench-ldp bench-gibo bench-fed clean
+.PHONY: demo test lint docs lock bench bench-perf bench-ldp bench-gibo bench-fed clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,20 @@ lint: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/pobo docs api
+
+# constraints.txt, the image's lock file: every run-time dependency (transitive ones too) at the version a
+# fresh virtualenv with pobo alone resolves today, with the Python the image uses (python3.11). Review the
+# diff, rebuild the image, run the tests.
+LOCK_VENV := $(or $(TMPDIR),/tmp)/pobo-lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install -q .
+	sed -n '/^#/p' constraints.txt > constraints.txt.new
+	$(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | grep -v -i -E '^pobo( |@|==)' >> constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
 
 bench: $(STAMP)
 	$(BIN)/pobo bench synthetic --runs 50 --json bench-synthetic.json --plot bench-synthetic.png

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field, SecretStr, field_validator
 
+from shared.servicekit.dask_settings import DaskSettings
 from shared.servicekit.serving import check_operator_token
 from shared.servicekit.settings import ServiceSettings, settings_config
 
@@ -14,8 +15,10 @@ from shared.servicekit.settings import ServiceSettings, settings_config
 ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105 - a file name, not a secret
 
 
-class Settings(ServiceSettings):
-    """Every knob of the curator; the ones both services have are defined in ``ServiceSettings``."""
+class Settings(ServiceSettings, DaskSettings):
+    """Every knob of the curator; the ones both services have are defined in ``ServiceSettings`` (and the
+    Dask cluster's in ``DaskSettings``: with backend dask the Gaussian release and the gradient oracles' steps
+    run on it, ``curator_service.services.releases.ComputeBackend``; docs/scaling.md)."""
 
     model_config = settings_config("POBO_CURATOR_")
     service: ClassVar[str] = "curator"
@@ -52,6 +55,16 @@ class Settings(ServiceSettings):
         ge=0,
         description="At start-up, array files no database row refers to (a crash between writing a file "
         "and committing its row) are deleted once this old. 0 is safe when one process owns the data dir.",
+    )
+    access_log_retention_days: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Access-log entries older than this many days are archived, then deleted from the "
+        "database: written to <data_dir>/archive/access-log-<first id>-<last id>.jsonl.gz (gzip JSON lines, "
+        "0600, with a .json sidecar holding its sha256 and row count) and deleted only once that file is on "
+        "disk. Runs at start-up and every hour while the service runs, or with pobo curator "
+        "archive-access-log. Unset (default): kept forever. The query logs' hash chains are never pruned.",
     )
 
     gradient_losses: dict[str, str] = Field(

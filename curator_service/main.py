@@ -41,8 +41,10 @@ from curator_service.metrics import domain_series
 from curator_service.services import datasets as dataset_service
 from curator_service.services import erasure as erasure_service
 from curator_service.services import queries as query_service
+from curator_service.services import retention
 from curator_service.services.access_log import PendingEntry
 from curator_service.services.auth import authenticate
+from curator_service.services.releases import ComputeBackend
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError, PrivacyBudgetExceeded
 from shared.servicekit import lanes, serving
@@ -301,13 +303,17 @@ def create_app(settings: Settings | None = None, *, run_start_up: bool = True) -
         db=db,
         store=store,
         admin_token_hash=hash_token(admin_token.get_secret_value()),
+        compute_backend=ComputeBackend.from_settings(settings),  # its Dask client: made at first use
     )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
+        # access-log retention: a run at start-up, then hourly (one process at a time: services.retention)
+        async with retention.periodic_archiving(db, settings.data_dir, settings.access_log_retention_days):
+            yield
         db.dispose()
         csvparse.shutdown_pool()
+        components.compute_backend.close()
 
     gate = WriteGate()
     # FastAPIOffline: /docs serves Swagger UI from the package, not a CDN (curators run air-gapped).

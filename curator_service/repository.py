@@ -270,6 +270,19 @@ def granted_release_ids(session: Session, partner_id: int) -> list[int]:
     )
 
 
+def granted_populations(session: Session, partner_id: int) -> dict[int, int]:
+    """{population id: the first dataset id} of the releases the partner was granted, by population id."""
+    rows = session.execute(
+        select(Dataset.population_id, func.min(Dataset.id))
+        .join(Release, Release.dataset_id == Dataset.id)
+        .join(Grant, Grant.release_id == Release.id)
+        .where(Grant.partner_id == partner_id)
+        .group_by(Dataset.population_id)
+        .order_by(Dataset.population_id)
+    ).all()
+    return {int(pid): int(did) for pid, did in rows}
+
+
 def grants_by_partner(session: Session) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for pid, rid in session.execute(select(Grant.partner_id, Grant.release_id).order_by(Grant.release_id)):
@@ -394,6 +407,33 @@ def list_access_log(
     if after_id is not None:
         stmt = stmt.where(AccessLog.id > after_id)
     return session.scalars(stmt.order_by(AccessLog.id).limit(limit)).all()
+
+
+#: Ids per DELETE statement (SQLite's limit of bound parameters is 32766; PostgreSQL's 65535).
+_DELETE_CHUNK = 1000
+
+
+def access_log_before(session: Session, before: datetime, limit: int) -> Sequence[AccessLog]:
+    """The oldest ``limit`` entries written before ``before``, by id (retention's next batch)."""
+    stmt = select(AccessLog).where(AccessLog.at < before).order_by(AccessLog.id).limit(limit)
+    return session.scalars(stmt).all()
+
+
+def access_log_ids_up_to(session: Session, last_id: int) -> list[int]:
+    """The ids of the entries still in the table with an id up to ``last_id``."""
+    stmt = select(AccessLog.id).where(AccessLog.id <= last_id).order_by(AccessLog.id)
+    return list(session.scalars(stmt).all())
+
+
+def delete_access_log(session: Session, ids: Sequence[int]) -> int:
+    """Delete exactly these entries (in the session's transaction); the number deleted."""
+    deleted = 0
+    for start in range(0, len(ids), _DELETE_CHUNK):
+        chunk = list(ids[start : start + _DELETE_CHUNK])
+        stmt = delete(AccessLog).where(AccessLog.id.in_(chunk)).execution_options(synchronize_session=False)
+        result = session.execute(stmt)
+        deleted += int(getattr(result, "rowcount", 0) or 0)
+    return deleted
 
 
 # ------------------------------------------------------------------------------------------------ health

@@ -8,6 +8,7 @@ from typing import ClassVar
 from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from shared.servicekit.dask_settings import DaskSettings
 from shared.servicekit.serving import check_operator_token
 from shared.servicekit.settings import ServiceSettings, settings_config
 
@@ -16,8 +17,10 @@ TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret
 SECRET_KEY_FILE = "secret.key"  # noqa: S105 - a file name
 
 
-class Settings(ServiceSettings):
-    """Every knob of the modeler; the ones both services have are defined in ``ServiceSettings``."""
+class Settings(ServiceSettings, DaskSettings):
+    """Every knob of the modeler; the ones both services have are defined in ``ServiceSettings`` (and the
+    Dask cluster's in ``DaskSettings``: with backend dask the GP-UCB loops run on it, ``shared.bo.backend``).
+    """
 
     model_config = settings_config("POBO_MODELER_")
     service: ClassVar[str] = "modeler"
@@ -32,6 +35,13 @@ class Settings(ServiceSettings):
         default=None,
         description="Fernet key encrypting the stored curator tokens. Unset: generated on first start into "
         "<data_dir>/secret.key (mode 0600). Losing it makes the stored curator tokens unreadable.",
+    )
+    dask_partitions: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Partitions of a GP-UCB loop's candidates on the Dask cluster (backend dask). Unset: one "
+        "per worker of the cluster when the study's strategy is built.",
     )
     curator_timeout: float = Field(default=30.0, gt=0, description="Seconds per curator request.")
     curator_retries: int = Field(default=4, ge=0, le=20, description="Retries of a failed curator request.")

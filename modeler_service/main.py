@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from cryptography.fernet import Fernet
 from fastapi import Depends, FastAPI
@@ -29,6 +30,7 @@ from modeler_service.federations.instances import InstanceTracker
 from modeler_service.metrics import domain_series
 from modeler_service.models import utcnow
 from modeler_service.runner import RunnerRegistry, Stepper
+from shared.bo.backend import set_dask_backend
 from shared.bo.factor import set_default_spill_directory
 from shared.errors import InputDataError, PoboError, StrategyError
 from shared.servicekit import lanes, serving
@@ -120,6 +122,17 @@ def start_up(settings: Settings) -> Recovered:
     return Recovered(stale, utcnow())
 
 
+def _start_backend(settings: Settings) -> Any:
+    """With ``backend: dask``: a client of the modeler's cluster, made the GP-UCB loops' backend for this
+    process (``shared.bo.backend``); None with the local backend."""
+    if settings.backend != "dask":
+        return None
+    client = settings.dask_client()
+    set_dask_backend(client, settings.dask_partitions)
+    log.info("GP-UCB loops run on the Dask cluster at %s", client.scheduler_info().get("address"))
+    return client
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -153,6 +166,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        cluster = _start_backend(settings)
         if settings.resume_on_start:
             for study_id in recovered.study_ids:
                 with transaction(db) as session:
@@ -173,6 +187,9 @@ def create_app(
         yield
         closer.stop()
         runners.stop_all()
+        if cluster is not None:
+            set_dask_backend(None)
+            cluster.close()
         ctx.cache.close()
         db.dispose()
 

@@ -320,18 +320,30 @@ class RunnerRegistry:
             entry = self._threads.get(study_id)
             return entry is not None and entry[0].is_alive()
 
-    def start(self, study_id: str) -> None:
-        """Start the runner of a study already claimed in the database (status running/awaiting)."""
-        with self._lock:
-            current = self._threads.get(study_id)
-            if current is not None and current[0].is_alive():
+    def start(self, study_id: str, *, exit_wait: float = 10.0) -> None:
+        """Start the runner of a study already claimed in the database (status running/awaiting).
+
+        The caller's claim succeeded, so a previous runner still alive has left the study's active states
+        (it settled the study, then returns): its thread is given ``exit_wait`` seconds to end instead of a
+        409 (a run asked for the moment the last one settled, the study would otherwise be refused)."""
+        deadline = time.monotonic() + exit_wait
+        while True:
+            with self._lock:
+                current = self._threads.get(study_id)
+                if current is None or not current[0].is_alive():
+                    stop = threading.Event()
+                    thread = threading.Thread(
+                        target=self._run,
+                        args=(study_id, stop),
+                        name=f"pobo-study-{study_id[:8]}",
+                        daemon=True,
+                    )
+                    self._threads[study_id] = (thread, stop)
+                    thread.start()
+                    return
+            if time.monotonic() >= deadline:
                 raise Conflict(f"study {study_id} already has a runner")
-            stop = threading.Event()
-            thread = threading.Thread(
-                target=self._run, args=(study_id, stop), name=f"pobo-study-{study_id[:8]}", daemon=True
-            )
-            self._threads[study_id] = (thread, stop)
-            thread.start()
+            current[0].join(min(0.5, max(0.0, deadline - time.monotonic())))
 
     def _run(self, study_id: str, stop: threading.Event) -> None:
         ctx = self.ctx
@@ -354,7 +366,12 @@ class RunnerRegistry:
                     log.info("study %s: run finished at iteration %d", study_id, study.iterations_done)
                     return
                 try:
-                    self.stepper.step(study_id, wait=True, stop=stop, settle_at=target)
+                    result = self.stepper.step(study_id, wait=True, stop=stop, settle_at=target)
+                    if result is not None and result.iteration >= target:
+                        # the round's transaction settled the study: this run is over. (Reading the study
+                        # again could find it claimed by the next run already, and run that one too.)
+                        log.info("study %s: run finished at iteration %d", study_id, result.iteration)
+                        return
                 except (ModelerError, CuratorError) as exc:
                     cause = curator_cause(exc)
                     if cause is None or not is_transient(cause):

@@ -10,7 +10,7 @@ from typing import Any
 from pobo._service import Service
 from pobo._tables import require_pandas
 from shared.protocol.client import ModelerClient
-from shared.protocol.schemas import FederationPublic, FederationsPublic
+from shared.protocol.schemas import AgentCreated, FederationPublic, FederationsPublic
 from shared.protocol.schemas.studies import (
     AuditLog,
     AuditVerification,
@@ -186,6 +186,24 @@ class Modeler(Service[ModelerClient]):
     def federation(self, federation_id: str) -> FederationPublic:
         """One federation: ``status``, ``round``, the epsilon spent so far."""
         return self.client.get_federation(federation_id)
+
+    def create_federation(
+        self, *, dimension: int, bounds: Sequence[Sequence[float]], rounds: int, **options: Any
+    ) -> FederationPublic:
+        """A new DP-FTS-DE federation (``POST /v1/federations``): the search space (``dimension``,
+        ``bounds`` [[low, high], ...]), the number of ``rounds`` and any other field of the API's
+        ``FederationCreate`` (``P``, ``M``, ``q``, ``z``, ``S``, ``epsilon_budget``, ``round_seconds``...)."""
+        body = {"dimension": dimension, "bounds": [list(b) for b in bounds], "rounds": rounds, **options}
+        return self.client.create_federation(body)
+
+    def add_agent(self, federation_id: str, name: str) -> AgentCreated:
+        """Register a hospital's agent before the start; its token is in the answer, shown once (hand it to
+        the hospital for ``pobo agent run``)."""
+        return self.client.register_agent(federation_id, name)
+
+    def start_federation(self, federation_id: str) -> FederationPublic:
+        """Freeze the agent list and open round 1."""
+        return self.client.start_federation(federation_id)
 
 
 def _sleep(poll: float, deadline: float | None, study: StudyPublic) -> None:

@@ -7,7 +7,8 @@ together, instead of one worker taking a long file last while the other idles.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -69,3 +70,18 @@ async def status_codes_at_once(count: int, request: Callable[[int], Awaitable[ob
             for i in range(count):
                 tg.start_soon(one, i)
     return statuses
+
+
+@pytest.fixture(scope="session")
+def dask_client() -> Iterator[Any]:
+    """A client of a local Dask cluster of two worker processes (``shared.distributed.connect(None)``: TLS
+    with in-memory certificates, one BLAS thread per worker, no spilling), shared by the tests of one pytest
+    process (a cluster takes seconds to start); a test that kills a worker leaves it to its nanny."""
+    pytest.importorskip("distributed", reason="the dask extra (pobo[dask]) is part of pobo[test]")
+    from shared.distributed.cluster import connect
+
+    client = connect(None, n_workers=2)
+    try:
+        yield client
+    finally:
+        client.close()

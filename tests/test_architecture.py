@@ -17,6 +17,7 @@ MATH = ("shared.privacy", "shared.bo", "shared.federated")
 #: The library (what a service or a tool may build on) ...
 LIBRARY = (
     *MATH,
+    "shared.distributed",
     "shared.protocol",
     "shared.servicekit",
     "shared.errors",

@@ -1,11 +1,13 @@
-"""The pilot deployment: compose.yaml, compose.tls.yaml, .env.example, secrets/ and the Dockerfile.
+"""The pilot deployment: compose.yaml (one host), compose.curator.yaml and compose.modeler.yaml (the two
+organisations' hosts), compose.tls.yaml, .env.example, secrets/ and the Dockerfile.
 
 No Docker engine runs on our machines, so these tests check the pieces compose uses: the file parses, it runs
 the same entry points the end-to-end tests start as real processes (``pobo curator serve`` /
 ``pobo modeler serve``, against PostgreSQL in CI), every ``POBO_*`` variable it sets is a real setting of the
 service it is given to, every secret is a compose secret file (never an environment variable) that the
 service reads as one of its settings, the image creates the volume mount points for its non-root user, every
-published service has a health check, and nothing is published beyond loopback.
+service has a health check, and nothing is published beyond loopback but the curator's TLS proxy on 443.
+The rest of the two-host deployment (schema, log rotation, proxy, lock file) is in test_deployment_split.py.
 """
 
 from __future__ import annotations
@@ -30,11 +32,25 @@ from modeler_service.config import Settings as ModelerSettings
 from shared.tools.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPOSE_FILES = ["compose.yaml", "compose.tls.yaml"]
+#: Complete projects (one host; each organisation's host), and an override of compose.yaml.
+FULL_FILES = ["compose.yaml", "compose.curator.yaml", "compose.modeler.yaml"]
+COMPOSE_FILES = [*FULL_FILES, "compose.tls.yaml"]
+SETTINGS: dict[str, tuple[type[BaseSettings], str]] = {
+    "curator": (CuratorSettings, "POBO_CURATOR_"),
+    "modeler": (ModelerSettings, "POBO_MODELER_"),
+}
+#: Each pobo service of each complete compose file: (file, service, settings class, variable prefix).
 PILOT_SERVICES = [
-    ("curator", CuratorSettings, "POBO_CURATOR_"),
-    ("modeler", ModelerSettings, "POBO_MODELER_"),
+    pytest.param(file, service, *SETTINGS[service], id=f"{file}-{service}")
+    for file, services in [
+        ("compose.yaml", ["curator", "modeler"]),
+        ("compose.curator.yaml", ["curator"]),
+        ("compose.modeler.yaml", ["modeler"]),
+    ]
+    for service in services
 ]
+#: The only ports published beyond loopback: the curator's TLS proxy, HTTPS.
+PUBLIC_PORTS = {("compose.curator.yaml", "proxy"): {"443"}}
 #: Where compose mounts the secrets a service lists.
 SECRETS_DIR = "/run/secrets"
 #: Environment variable names that announce a secret, and URLs with a password in them.
@@ -48,9 +64,9 @@ def _yaml(name: str) -> dict[str, Any]:
     return data
 
 
-@pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
-    return _yaml("compose.yaml")
+@pytest.fixture(scope="module", params=FULL_FILES)
+def compose(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return _yaml(str(request.param))
 
 
 def _env_example() -> dict[str, str]:
@@ -86,6 +102,16 @@ def _volume_target(volume: str | dict[str, Any]) -> str:
     if isinstance(volume, dict):
         return str(volume["target"])
     return volume.split(":")[1]
+
+
+def _named_volume_targets(compose: dict[str, Any], svc: dict[str, Any]) -> list[str]:
+    """Where a service mounts the compose file's named volumes (bind mounts left out)."""
+    out = []
+    for volume in svc.get("volumes") or []:
+        source = volume.get("source") if isinstance(volume, dict) else volume.split(":")[0]
+        if source in (compose.get("volumes") or {}):
+            out.append(_volume_target(volume))
+    return out
 
 
 def _clear_pobo_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,6 +194,7 @@ def _directories_made(run_lines: list[str]) -> dict[str, dict[str, str]]:
 
 
 def test_compose_has_postgres_16_with_volume_and_healthcheck(compose: dict[str, Any]) -> None:
+    """Each host has its own database (compose.yaml: one for both services)."""
     db = compose["services"]["db"]
     assert db["image"].startswith("postgres:16")
     assert any(v.endswith(":/var/lib/postgresql/data") for v in db["volumes"])
@@ -176,10 +203,11 @@ def test_compose_has_postgres_16_with_volume_and_healthcheck(compose: dict[str, 
     assert "ports" not in db, "the database must not be published on the host"
 
 
-@pytest.mark.parametrize(("service", "settings_cls", "prefix"), PILOT_SERVICES)
+@pytest.mark.parametrize(("file", "service", "settings_cls", "prefix"), PILOT_SERVICES)
 def test_compose_service_runs_the_tested_entry_point(
-    compose: dict[str, Any], service: str, settings_cls: type[BaseSettings], prefix: str
+    file: str, service: str, settings_cls: type[BaseSettings], prefix: str
 ) -> None:
+    compose = _yaml(file)
     svc = compose["services"][service]
     assert svc["command"][:3] == ["pobo", service, "serve"]
     # The entry point exists and takes the options compose passes.
@@ -201,7 +229,7 @@ def test_compose_service_runs_the_tested_entry_point(
     assert svc["depends_on"]["db"]["condition"] == "service_healthy"
     # Published ports match the port the service listens on (loopback only: see below).
     port = opts[opts.index("--port") + 1]
-    for mapping in svc["ports"]:
+    for mapping in svc.get("ports") or []:
         assert str(mapping).rsplit(":", 1)[-1] == port
     # Data lives in a named volume.
     assert any(v.split(":")[0] in compose["volumes"] for v in svc["volumes"])
@@ -211,6 +239,11 @@ def test_compose_service_runs_the_tested_entry_point(
 def test_published_ports_bind_loopback_only(file: str) -> None:
     for name, svc in _yaml(file)["services"].items():
         for mapping in svc.get("ports") or []:
+            public = PUBLIC_PORTS.get((file, name), set())
+            if isinstance(mapping, dict) and str(mapping.get("target")) in public:
+                continue
+            if isinstance(mapping, str) and mapping in {f"{p}:{p}" for p in public}:
+                continue  # the TLS proxy's HTTPS port, on every interface (test_deployment_split.py)
             if isinstance(mapping, dict):  # long syntax
                 assert mapping.get("host_ip") == "127.0.0.1", (
                     f"{file}: {name} publishes {mapping} beyond loopback"
@@ -221,27 +254,30 @@ def test_published_ports_bind_loopback_only(file: str) -> None:
                 )
 
 
-def test_every_published_service_has_a_health_check(compose: dict[str, Any]) -> None:
+def test_every_service_has_a_health_check(compose: dict[str, Any]) -> None:
+    """Published or not: ``depends_on: condition: service_healthy`` and the operators rely on it."""
     image_check = [args for op, args in _dockerfile() if op == "HEALTHCHECK"]
     image_has_check = bool(image_check) and not image_check[-1].upper().startswith("NONE")
-    published = {name: svc for name, svc in compose["services"].items() if svc.get("ports")}
-    assert published
-    for name, svc in published.items():
+    for name, svc in compose["services"].items():
         check = svc.get("healthcheck")
         if check is not None:
             assert not check.get("disable") and check.get("test") not in ("NONE", ["NONE"]), name
             assert check.get("test"), f"{name}: health check without a test"
             continue
         # The pobo services use the image's HEALTHCHECK, which probes the port in POBO_HEALTH_PORT.
-        assert "build" in svc and image_has_check, f"{name} publishes a port but has no health check"
-        container_ports = {str(m).rsplit(":", 1)[-1] for m in svc["ports"]}
-        assert _environment(svc).get("POBO_HEALTH_PORT") in container_ports, (
+        assert "build" in svc and image_has_check, f"{name} has no health check"
+        command = svc["command"]
+        listening = {command[command.index("--port") + 1]}
+        published = {str(m).rsplit(":", 1)[-1] for m in svc.get("ports") or []}
+        assert published <= listening, f"{name} publishes a port it does not listen on"
+        assert _environment(svc).get("POBO_HEALTH_PORT") in listening, (
             f"{name}: POBO_HEALTH_PORT must be the port the service listens on"
         )
 
 
-def test_compose_takes_only_non_secret_knobs_from_env_file(compose: dict[str, Any]) -> None:
-    text = (ROOT / "compose.yaml").read_text(encoding="utf-8")
+@pytest.mark.parametrize("file", COMPOSE_FILES)
+def test_compose_takes_only_non_secret_knobs_from_env_file(file: str) -> None:
+    text = (ROOT / file).read_text(encoding="utf-8")
     referenced = set(re.findall(r"\$\{([A-Z0-9_]+)", text))
     example = _env_example()
     assert referenced <= set(example), f"missing from .env.example: {sorted(referenced - set(example))}"
@@ -268,12 +304,12 @@ def test_compose_environment_holds_no_secret(file: str) -> None:
 
 def test_compose_secrets_are_files_kept_out_of_git(compose: dict[str, Any]) -> None:
     declared = compose.get("secrets") or {}
-    assert declared, "compose.yaml declares no secrets"
+    assert declared, "the compose file declares no secrets"
     used: set[str] = set()
     for name, svc in compose["services"].items():
         for source, target in _service_secrets(svc):
             assert source in declared, (
-                f"{name} lists the secret {source}, which compose.yaml does not declare"
+                f"{name} lists the secret {source}, which the compose file does not declare"
             )
             assert "/" not in target, f"{name}: secret {source} must be mounted in {SECRETS_DIR}"
             used.add(source)
@@ -296,10 +332,10 @@ def test_compose_secrets_are_files_kept_out_of_git(compose: dict[str, Any]) -> N
     assert "secrets/*" in ignored and "!secrets/README.md" in ignored
 
 
-@pytest.mark.parametrize(("service", "settings_cls", "prefix"), PILOT_SERVICES)
+@pytest.mark.parametrize(("file", "service", "settings_cls", "prefix"), PILOT_SERVICES)
 @pytest.mark.filterwarnings("error")
 def test_compose_secrets_are_read_as_settings(
-    compose: dict[str, Any],
+    file: str,
     service: str,
     settings_cls: type[BaseSettings],
     prefix: str,
@@ -308,7 +344,7 @@ def test_compose_secrets_are_read_as_settings(
 ) -> None:
     """pydantic-settings reads ``<secrets_dir>/<env_prefix><field>`` (case-insensitive) as the field."""
     _clear_pobo_env(monkeypatch)
-    mounted = [target for _, target in _service_secrets(compose["services"][service])]
+    mounted = [target for _, target in _service_secrets(_yaml(file)["services"][service])]
     expected: dict[str, str] = {}
     for name in mounted:
         assert name.startswith(prefix.lower()), (
@@ -327,7 +363,10 @@ def test_compose_secrets_are_read_as_settings(
     assert needed[service] <= set(expected)
 
 
-@pytest.mark.parametrize(("service", "settings_cls", "prefix"), PILOT_SERVICES)
+@pytest.mark.parametrize(
+    ("service", "settings_cls", "prefix"),
+    [("curator", *SETTINGS["curator"]), ("modeler", *SETTINGS["modeler"])],
+)
 @pytest.mark.filterwarnings("error")
 def test_settings_still_read_the_environment_first(
     service: str,
@@ -408,15 +447,15 @@ def test_dockerfile_creates_the_volume_mount_points_for_the_runtime_user(compose
     user = _runtime_user(instructions)
     last_user = max(i for i, (op, _) in enumerate(instructions) if op == "USER")
     made = _directories_made([args for op, args in instructions[:last_user] if op == "RUN"])
-    targets = [
-        _volume_target(v)
-        for service in ("curator", "modeler")
-        for v in compose["services"][service]["volumes"]
-    ]
-    assert {"/data/curator", "/data/modeler"} <= set(targets)
+    pobo = {name: svc for name, svc in compose["services"].items() if "build" in svc}
+    assert pobo
+    targets = [target for svc in pobo.values() for target in _named_volume_targets(compose, svc)]
+    # Each service's data dir is such a volume.
+    for name, svc in pobo.items():
+        assert _environment(svc)[f"POBO_{name.upper()}_DATA_DIR"] in targets, f"{name}: data dir not a volume"
     for target in targets:
         entry = made.get(target, {})
-        assert entry.get("created"), f"{target} (a volume in compose.yaml) is not created before USER {user}"
+        assert entry.get("created"), f"{target} (a named volume) is not created before USER {user}"
         owner, _, group = entry.get("owner", "").partition(":")
         assert owner == user, f"{target} must be chowned to {user} before USER, not {entry.get('owner')!r}"
         assert group in {"", user}, f"{target}: group {group!r}"

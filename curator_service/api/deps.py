@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -14,6 +14,7 @@ from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import Forbidden, Unauthorized
 from curator_service.services.auth import Principal, authenticate, authenticate_in
+from curator_service.services.releases import ComputeBackend
 from curator_service.storage import ArrayStore
 from shared.servicekit.db import READ_METHODS, request_session
 
@@ -29,6 +30,7 @@ class Components:
     db: Database
     store: ArrayStore
     admin_token_hash: str
+    compute_backend: ComputeBackend = field(default_factory=ComputeBackend)  # local, or the Dask cluster
 
 
 def components_of(request: Request) -> Components:

@@ -41,14 +41,22 @@ def default_delta(n: int) -> float:
 
 def budget_bars(ledger: LedgerPublic) -> list[Bar]:
     """Spent and left of the population's budget, as shares of it: epsilon of the releases, of the gradient
-    oracles (when the ledger has some), all of epsilon, and delta."""
+    oracles and of raised output allotments (when the ledger has some), all of epsilon, and delta."""
     eps_total = ledger.epsilon_budget or 1.0
     delta_total = ledger.delta_budget or 1.0
-    releases = sum(e.epsilon for e in ledger.entries if e.gradient_oracle_id is None)
-    oracles = sum(e.epsilon for e in ledger.entries if e.gradient_oracle_id is not None)
+    releases = sum(
+        e.epsilon
+        for e in ledger.entries
+        if e.gradient_oracle_id is None and e.mechanism != "output-allotment"  # a reserved release: no id yet
+    )
     bars = [Bar(f"epsilon, releases ({releases:.3g} of {eps_total:.3g})", releases / eps_total, 1.0)]
-    if any(e.gradient_oracle_id is not None for e in ledger.entries):
-        bars.append(Bar(f"epsilon, gradient oracles ({oracles:.3g})", oracles / eps_total, 1.0))
+    for label, part in (
+        ("gradient oracles", [e for e in ledger.entries if e.gradient_oracle_id is not None]),
+        ("raised output allotments", [e for e in ledger.entries if e.mechanism == "output-allotment"]),
+    ):
+        if part:
+            spent = sum(e.epsilon for e in part)
+            bars.append(Bar(f"epsilon, {label} ({spent:.3g})", spent / eps_total, 1.0))
     bars.append(
         Bar(
             f"epsilon, all ({ledger.epsilon_spent:.3g} of {eps_total:.3g})",

@@ -163,7 +163,8 @@ def register(console: Console) -> None:
 
     @router.post("/partners/{partner_id}")
     def change_partner(request: Request, partner_id: RowId, form: FormPost) -> Response:
-        """``PATCH /v1/partners/{id}``: the quota, and/or a tighter output privacy."""
+        """``PATCH /v1/partners/{id}``: the quota and/or the output privacy (a charge to a population's budget
+        only with the form's confirmation box ticked)."""
         data: dict[str, Any] = {}
         quota = integer(form, "max_queries", "max queries")
         if quota is not None:
@@ -176,7 +177,9 @@ def register(console: Console) -> None:
         if "output_privacy" in body.model_fields_set:
             changes["output_privacy"] = body.output_privacy
         with db_session(request, write=True) as s:
-            partner_service.update(s, partner_id, **changes)
+            partner_service.update(
+                s, partner_id, **changes, charge_confirmed=checked(form, "op_accept_charge")
+            )
         return RedirectResponse(f"/console/partners/{partner_id}?notice=changed", status_code=303)
 
     @router.get("/partners/{partner_id}/tokens/{token_id}/revoke")

@@ -155,6 +155,11 @@ def register(console: Console) -> None:
         body = release_body(form)
         c = components(request)
         release = release_service.create_release(
-            c.db, c.store, dataset_id, body, max_bytes=c.settings.max_release_bytes
+            c.db,
+            c.store,
+            dataset_id,
+            body,
+            max_bytes=c.settings.max_release_bytes,
+            backend=c.compute_backend,
         )
         return RedirectResponse(f"/console/releases/{release.id}", status_code=303)

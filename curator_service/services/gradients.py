@@ -21,6 +21,10 @@ What keeps the guarantee here (each point is a test in tests/curator_service/tes
   ``{step, gradient, steps_left}`` only;
 * the noise is added exactly (the clean average snapped to a public lattice, integer noise:
   ``shared.privacy.lattice``), drawn from a fresh AES-CTR generator keyed from the OS.
+
+With the setting ``backend = "dask"`` a step's per-row part (losses, gradients, clipping, the exact sum) runs
+on the curator's Dask cluster in blocks of rows (``shared.distributed.gradients.oracle_gradient_dask``): the
+same answer, bit for bit, as the local oracle; the noise is added here.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from curator_service.exceptions import Conflict, Gone, InvalidInput, NotFound
 from curator_service.models import Dataset, GradientOracle, GradientStep, LedgerEntry, Population
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset, live_dataset
-from curator_service.services.releases import check_total_delta, fits, large_delta
+from curator_service.services.releases import LOCAL, ComputeBackend, check_total_delta, fits, large_delta
 from curator_service.storage import ArrayStore
 from shared.bo.gibo.kernels import GradKernel
 from shared.bo.gibo.losses import check_row_independent
@@ -127,6 +131,32 @@ def loss_matrix_of(
         )
     rows = _plugin_rows(X, y)
     return plugin_loss_matrix(resolve_plugin(oracle.loss, plugins), rows), rows.shape[1]
+
+
+def loss_factory_of(
+    oracle: GradientOracle, store: ArrayStore, dataset: Dataset, plugins: Mapping[str, str]
+) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any] | None, int]:
+    """``loss_matrix_of`` for the Dask oracle: (the loss as a factory over a block of rows, the features, the
+    outcomes the loss reads or None, the width of one row): the same loss on the same rows."""
+    from shared.distributed.gradients import builtin_loss_factory, plugin_loss_factory
+
+    X, y = _arrays(store, dataset)
+    params = oracle.loss_params
+    if oracle.loss in BUILTIN_LOSSES:
+        factory = builtin_loss_factory(
+            oracle.loss,
+            intercept=bool(params.get("intercept")),
+            delta_huber=float(params.get("delta_huber") or 1.0),
+            weight_clip=float(params.get("weight_clip") or 2.0),
+        )
+        return factory, X, y if oracle.loss in NEEDS_OUTCOME else None, oracle.dimension
+    if oracle.loss not in plugins:
+        raise Conflict(
+            f"gradient oracle {oracle.id} uses the plug-in loss {oracle.loss!r}, which is no longer in "
+            "POBO_CURATOR_GRADIENT_LOSSES; the operator must restore it"
+        )
+    width = int(X.shape[1]) + (0 if y is None else 1)  # as _plugin_rows: the outcome column last
+    return plugin_loss_factory(resolve_plugin(oracle.loss, plugins)), X, y, width
 
 
 def _check_loss(
@@ -396,8 +426,10 @@ def step(
     body: GradientStepCreate,
     idempotency_key: str | None,
     plugins: Mapping[str, str],
+    backend: ComputeBackend = LOCAL,
 ) -> tuple[GradientStep, int, bool]:
-    """One private gradient: (the step record, steps left, replayed?)."""
+    """One private gradient: (the step record, steps left, replayed?); its rows' part here or on the Dask
+    cluster (``backend``)."""
     assert principal.partner_id is not None
     digest = request_digest(body)
     with db.session(write=False) as session:
@@ -408,7 +440,10 @@ def step(
                 return _replay(existing, digest, oracle_id), oracle.steps - existing.step, True
         kernel = _validate(oracle, body)
         dataset = live_dataset(session, oracle.dataset_id)
-        loss_matrix, width = loss_matrix_of(oracle, store, dataset, plugins)
+        if backend.kind == "local":
+            loss_matrix, width = loss_matrix_of(oracle, store, dataset, plugins)
+        else:
+            factory, X, y, width = loss_factory_of(oracle, store, dataset, plugins)
     with db.session(write=True) as session:
         locked = grepo.lock_oracle(session, oracle_id)  # steps of one oracle run one at a time
         assert locked is not None
@@ -433,20 +468,25 @@ def step(
                 f"the design would hold {len(design)} points; an oracle's design holds at most "
                 f"{MAX_DESIGN_POINTS}"
             )
-        gradient = oracle_gradient(
-            loss_matrix,
-            n=oracle.n,
-            row_width=width,
-            theta=body.theta,
-            design=design,
-            bounds=oracle.bounds,
-            kernel=kernel,
-            clip=oracle.clip,
-            steps=oracle.steps,
-            mu=oracle.mu,
-            noise_var=body.noise_var,
-            jitter=body.jitter,
-        )
+        common: dict[str, Any] = {
+            "n": oracle.n,
+            "row_width": width,
+            "theta": body.theta,
+            "design": design,
+            "bounds": oracle.bounds,
+            "kernel": kernel,
+            "clip": oracle.clip,
+            "steps": oracle.steps,
+            "mu": oracle.mu,
+            "noise_var": body.noise_var,
+            "jitter": body.jitter,
+        }
+        if backend.kind == "local":
+            gradient = oracle_gradient(loss_matrix, **common)
+        else:
+            from shared.distributed.gradients import oracle_gradient_dask
+
+            gradient = oracle_gradient_dask(factory, X, y, client=backend.client(), **common)
         number = grepo.take_step(session, oracle_id)
         if number is None:  # pragma: no cover - the row lock makes the check above exact
             raise Conflict(f"gradient oracle {oracle_id} has answered all of its {oracle.steps} steps")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -11,10 +12,13 @@ from sqlalchemy.orm import Session
 from curator_service import gradient_repository as grepo
 from curator_service import repository as repo
 from curator_service.exceptions import Conflict, InvalidInput, NotFound
-from curator_service.models import Partner, PartnerToken, utcnow
+from curator_service.models import LedgerEntry, Partner, PartnerToken, utcnow
 from curator_service.services.outputs import OutputPolicy
+from curator_service.services.releases import budget_label, fits
 from shared.protocol.schemas import OutputPrivacy
 from shared.servicekit.tokens import hash_token
+
+logger = logging.getLogger(__name__)
 
 
 def new_token() -> str:
@@ -95,11 +99,16 @@ def update(
     *,
     max_queries: int | None = None,
     output_privacy: OutputPrivacy | None | Any = KEEP,
+    charge_confirmed: bool = True,
 ) -> Partner:
-    """Change a partner's query quota and/or tighten its output privacy (the partner row locked: a
-    concurrent query is admitted under the old values or the new ones, never in between). A revoked
-    partner cannot change (409); a quota below the queries already used, or a looser output privacy, is a
-    422 (``tighter_problem``)."""
+    """Change a partner's query quota and/or its output privacy (the partner row locked: a concurrent query
+    is admitted under the old values or the new ones, never in between). A revoked partner cannot change
+    (409); a quota below the queries already used is a 422.
+
+    Output privacy may always become tighter (``tighter_problem``). It may become looser only while the
+    grant keeps a per-person cap (``loosening``): within the cap a larger epsilon per answer or fresh
+    repeats change nothing a person is promised; a larger cap is charged to the population's budget (the
+    console asks first: ``charge_confirmed`` False refuses a charge with 409, nothing changed)."""
     partner = session.get(Partner, partner_id, with_for_update=True)
     if partner is None:
         raise NotFound(f"partner {partner_id} does not exist")
@@ -113,15 +122,98 @@ def update(
             )
         partner.max_queries = max_queries
     if output_privacy is not KEEP:
+        old = OutputPolicy.from_dict(partner.output_privacy) if partner.output_privacy else None
         new = None if output_privacy is None else OutputPolicy.from_request(output_privacy)
-        problem = tighter_problem(
-            OutputPolicy.from_dict(partner.output_privacy) if partner.output_privacy else None, new
-        )
+        problem = tighter_problem(old, new)
         if problem is not None:
-            raise InvalidInput(f"output_privacy of partner {partner_id} can only be tightened: {problem}")
+            loosening(session, partner_id, old, new, problem, charge_confirmed=charge_confirmed)
         partner.output_privacy = None if new is None else new.as_dict()
     session.flush()
     return partner
+
+
+#: ``LedgerEntry.mechanism`` of a raised per-person output allotment.
+OUTPUT_ALLOTMENT = "output-allotment"
+
+
+def loosening(
+    session: Session,
+    partner_id: int,
+    old: OutputPolicy | None,
+    new: OutputPolicy | None,
+    problem: str,
+    *,
+    charge_confirmed: bool = True,
+) -> None:
+    """Allow a looser output privacy within the population's budget, or refuse it (422 / 409).
+
+    A grant's ``max_epsilon_per_row`` is its per-person allotment: whatever the epsilon per answer and
+    whether repeats are fresh, no person's answers to this grant add up past it (basic composition, Dwork &
+    Roth 2014, Thm. 3.16; ``docs/privacy.md``). So with a cap kept, a larger epsilon per answer or fresh
+    repeats promise a person nothing more, and cost nothing. A cap raised from c to c' promises each person
+    of every population the grant reaches up to c' - c more: that is charged to each such population's
+    (epsilon, delta) budget as a pure-epsilon entry (delta 0), in the same relation as its releases (one
+    person's record replaced: their outcome is part of it), refused with 409 when a budget has no room.
+    Without a cap before or after (raw answers, or a private grant with no cap) the allotment is not
+    bounded, and nothing can pay for it: 422, saying how to give the grant a cap first.
+    """
+    if old is None or old.max_epsilon_per_row is None or new is None or new.max_epsilon_per_row is None:
+        raise InvalidInput(
+            f"output_privacy of partner {partner_id} can only be tightened here: {problem}. A looser output "
+            "privacy is possible only while the grant keeps a per-person cap (max_epsilon_per_row): give it "
+            "one first (a PATCH with max_epsilon_per_row and its current epsilon, B and R is a tightening), "
+            "then raise what it allows; a larger cap is charged to the population's budget"
+        )
+    extra = new.max_epsilon_per_row - old.max_epsilon_per_row
+    if extra <= 0:
+        logger.info("partner %d: output privacy loosened within its per-person cap (%s)", partner_id, problem)
+        return
+    populations = repo.granted_populations(session, partner_id)
+    if populations and not charge_confirmed:
+        raise Conflict(
+            f"raising partner {partner_id}'s max_epsilon_per_row from {old.max_epsilon_per_row:g} to "
+            f"{new.max_epsilon_per_row:g} charges epsilon {extra:g} to the budget of population(s) "
+            f"{', '.join(map(str, populations))}, which cannot be undone. Tick \"Charge the population's "
+            'budget" and submit again to accept it; nothing was changed'
+        )
+    for population_id, dataset_id in populations.items():
+        population = repo.lock_population(session, population_id)
+        assert population is not None
+        spent, _ = repo.ledger_totals(session, population_id)
+        if not fits(spent, extra, population.epsilon_budget):
+            raise Conflict(
+                f"privacy budget exceeded: raising partner {partner_id}'s max_epsilon_per_row from "
+                f"{old.max_epsilon_per_row:g} to {new.max_epsilon_per_row:g} promises each person up to "
+                f"epsilon {extra:g} more, but {budget_label(session, population)} has epsilon "
+                f"{max(0.0, population.epsilon_budget - spent):g} left (budget "
+                f"{population.epsilon_budget:g}, spent {spent:g}). Raise the cap by less; nothing was changed"
+            )
+        repo.add(
+            session,
+            LedgerEntry(
+                population_id=population_id,
+                dataset_id=dataset_id,
+                mechanism=OUTPUT_ALLOTMENT,
+                epsilon=extra,
+                nominal_epsilon=extra,
+                delta=0.0,
+                native={
+                    "kind": OUTPUT_ALLOTMENT,
+                    "partner_id": partner_id,
+                    "from": old.max_epsilon_per_row,
+                    "to": new.max_epsilon_per_row,
+                },
+                status="spent",
+            ),
+        )
+    logger.info(
+        "partner %d: max_epsilon_per_row raised from %g to %g; charged epsilon %g to population(s) %s",
+        partner_id,
+        old.max_epsilon_per_row,
+        new.max_epsilon_per_row,
+        extra,
+        ", ".join(map(str, populations)) or "none (no release granted yet)",
+    )
 
 
 def tighter_problem(old: OutputPolicy | None, new: OutputPolicy | None) -> str | None:

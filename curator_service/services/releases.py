@@ -3,7 +3,10 @@
 Mechanisms (``ReleaseCreate.mechanism``):
 
 * ``gaussian`` (default): ``shared.privacy.gaussian.gaussian_release``, (epsilon, delta)-DP for one row
-  moving by norm <= 1 in scaled units; its ledger charge records the noise multiplier.
+  moving by norm <= 1 in scaled units; its ledger charge records the noise multiplier. With the setting
+  ``backend = "dask"`` it runs on the curator's Dask cluster (``ComputeBackend``,
+  ``shared.distributed.release.gaussian_release_dask``): the same mechanism, the same Z for the same
+  randomness, the same charge.
 * ``po-gp-ucb``: the paper's Algorithm 1 (``shared.privacy.po_gp_ucb``), served only with
   ``acknowledge_no_guarantee``; its record says ``formal_guarantee: false``.
 
@@ -20,15 +23,18 @@ and records the noise multiplier z / c. A release without a guarantee (Algorithm
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from curator_service import faults
 from curator_service import repository as repo
+from curator_service.config import Settings
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, Forbidden, Gone, InvalidInput, NotFound, PayloadTooLarge
 from curator_service.models import Dataset, LedgerEntry, Population, Release, utcnow
@@ -37,16 +43,92 @@ from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset, live_dataset
 from curator_service.storage import ArrayStore
 from shared.errors import InputDataError
-from shared.privacy.gaussian import GaussianCalibration, calibrate, epsilon_for_change, gaussian_release
+from shared.privacy.gaussian import (
+    GaussianCalibration,
+    GaussianRelease,
+    calibrate,
+    epsilon_for_change,
+    gaussian_release,
+)
 from shared.privacy.lattice import sampler_margins
 from shared.privacy.po_gp_ucb import release_projection
 from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import ReleaseCreate, RowExclusions
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 logger = logging.getLogger(__name__)
 
 #: Relative slack of the budget comparison (so 0.3 + 0.6 + 0.1 fits a budget of 1.0 despite rounding).
 BUDGET_RTOL = 1e-9
+
+
+class ComputeBackend:
+    """Where the Gaussian release and the gradient oracles' per-row losses run: ``local`` (this process) or
+    ``dask`` (the curator's cluster; the same answers bit for bit, ``shared.distributed``).
+
+    One per process, on the app's components (``curator_service.main``): the Dask client is made at its first
+    use (a local cluster takes seconds to start; a service that never releases never starts one) and kept
+    until ``close()`` (the app's shutdown). Thread-safe: releases and steps run in worker threads.
+    """
+
+    def __init__(
+        self,
+        kind: Literal["local", "dask"] = "local",
+        *,
+        address: str | None = None,
+        tls: tuple[Path, Path, Path] | None = None,
+        local_workers: int = 2,
+    ) -> None:
+        self.kind = kind
+        self.address = address
+        self.tls = tls
+        self.local_workers = local_workers
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ComputeBackend:
+        ca, cert, key = settings.dask_tls_ca, settings.dask_tls_cert, settings.dask_tls_key
+        return cls(
+            settings.backend,
+            address=settings.dask_address,
+            tls=(ca, cert, key) if ca is not None and cert is not None and key is not None else None,
+            local_workers=settings.dask_local_workers,
+        )
+
+    def client(self) -> Client:
+        """The Dask client of this process (connecting at the first call; ``kind`` must be ``dask``)."""
+        with self._lock:
+            if self._client is None:
+                from shared.distributed.cluster import connect
+
+                ca, cert, key = self.tls or (None, None, None)
+                self._client = connect(
+                    self.address, tls_ca=ca, tls_cert=cert, tls_key=key, n_workers=self.local_workers
+                )
+            return self._client
+
+    def gaussian(
+        self, X: Any, *, epsilon: float, delta: float, r: int | None, rng: np.random.Generator
+    ) -> GaussianRelease:
+        """``gaussian_release`` here, or ``gaussian_release_dask`` on the cluster: the same Z for one rng."""
+        if self.kind == "local":
+            return gaussian_release(X, epsilon=epsilon, delta=delta, r=r, rng=rng)
+        from shared.distributed.release import gaussian_release_dask
+
+        return gaussian_release_dask(X, epsilon=epsilon, delta=delta, r=r, rng=rng, client=self.client())
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            closing: Any = client.close  # distributed is untyped
+            closing()
+
+
+LOCAL = ComputeBackend()
 
 
 def fits(spent_so_far: float, extra: float, budget: float) -> bool:
@@ -181,7 +263,7 @@ def check_total_delta(
     if allow_large_delta:
         return False
     raise Conflict(
-        f"delta adds up: {_budget_label(session, population)} has spent delta {spent:g}, and this charge's "
+        f"delta adds up: {budget_label(session, population)} has spent delta {spent:g}, and this charge's "
         f"{asked:g} would take its total to {spent + asked:g}, not below 1/n = {1.0 / n:.3g} (n = {n}, its "
         "smallest dataset). Choose a smaller delta (the population has "
         f"{max(0.0, 1.0 / n - spent):.3g} left below 1/n), or send allow_large_delta: true to release anyway "
@@ -189,7 +271,7 @@ def check_total_delta(
     )
 
 
-def _budget_label(session: Session, population: Population) -> str:
+def budget_label(session: Session, population: Population) -> str:
     ids = repo.dataset_ids_by_population(session).get(population.id, [])
     named = f" {population.name!r}" if population.name else ""
     return f"population {population.id}{named} (datasets {', '.join(map(str, ids))})"
@@ -213,7 +295,7 @@ def _reserve(
                 why = _why_charged(dataset, plan, params.epsilon) if name == "epsilon" else ""
                 raise Conflict(
                     f"privacy budget exceeded: this release needs {name}={asked:g}{why} but "
-                    f"{_budget_label(session, population)} has {name} {max(0.0, budget - spent):g} left "
+                    f"{budget_label(session, population)} has {name} {max(0.0, budget - spent):g} left "
                     f"(budget {budget:g}, spent {spent:g}); nothing was released"
                 )
         below = check_total_delta(session, population, delta_spent, params.delta, params.allow_large_delta)
@@ -245,7 +327,13 @@ def _cancel_reservation(db: Database, entry_id: int) -> None:
 
 
 def create_release(
-    db: Database, store: ArrayStore, dataset_id: int, params: ReleaseCreate, *, max_bytes: int = 2 * 2**30
+    db: Database,
+    store: ArrayStore,
+    dataset_id: int,
+    params: ReleaseCreate,
+    *,
+    max_bytes: int = 2 * 2**30,
+    backend: ComputeBackend = LOCAL,
 ) -> Release:
     """Check-and-spend the population's budget, run the mechanism, store Z and the release record.
 
@@ -254,7 +342,8 @@ def create_release(
        the reservation must be visible to concurrent releases (of any dataset of the population) before
        the long computation starts.
     2. The mechanism runs outside any transaction (the caller is a worker thread, not the event loop), with
-       a fresh OS-entropy generator. If it fails, the reservation is deleted.
+       a fresh OS-entropy generator, here or on the Dask cluster (``backend``: the Gaussian release only).
+       If it fails, the reservation is deleted.
     3. Z is written atomically (temp name, fsync, rename); then one transaction inserts the release row and
        turns the ledger entry ``spent``. If that commit fails, the file and the reservation are removed.
     """
@@ -264,7 +353,7 @@ def create_release(
     try:
         X = store.load(dataset.features_path, dataset.features_sha256)
         if params.mechanism == "gaussian":
-            gauss = gaussian_release(
+            gauss = backend.gaussian(
                 X, epsilon=params.epsilon, delta=params.delta, r=params.r, rng=os_entropy_rng()
             )
             Z = gauss.Z

@@ -119,6 +119,7 @@ class FactorRows:
         spill: Literal["auto", "always", "never"] = "auto",
         spill_directory: str | Path | None = None,
         dtype: type[np.floating[Any]] = np.float64,
+        reuse: bool = True,
     ) -> None:
         self.n = int(n)
         self.dtype = np.dtype(dtype)
@@ -131,7 +132,9 @@ class FactorRows:
         self._blocks: list[FloatArray] = []
         self._files: list[IO[bytes]] = []
         self.t = 0
-        weakref.finalize(self, give_back, self._blocks)
+        self.reuse = reuse
+        if reuse:
+            weakref.finalize(self, give_back, self._blocks)
 
     # -- storage ---------------------------------------------------------------------------------------
     @property
@@ -153,13 +156,24 @@ class FactorRows:
         shape = (self.block_rows, self.n)
         nbytes = self.dtype.itemsize * self.block_rows * self.n
         if not self._spills(nbytes):
-            spare = take_spare(shape, self.dtype)
+            spare = take_spare(shape, self.dtype) if self.reuse else None
             return spare if spare is not None else np.empty(shape, dtype=self.dtype)
         fh = tempfile.TemporaryFile(dir=self._directory())  # noqa: SIM115 - closed in release()
         fh.truncate(nbytes)
         self._files.append(fh)
         block: FloatArray = np.memmap(fh, dtype=self.dtype, mode="r+", shape=shape)
         return block
+
+    def view(self) -> FactorRows:
+        """Another factor over the same blocks with its own row count (a later version of a partition,
+        ``shared.bo.partition``): rows are only ever appended, so each reads only rows below its own t. Only
+        for factors made with ``reuse=False`` (no block goes back to the spare list while a view holds it)."""
+        if self.reuse:
+            raise ValueError("a factor whose blocks go back to the spare list has no views")
+        other = object.__new__(FactorRows)
+        other.__dict__.update(self.__dict__)
+        other._g = None
+        return other
 
     def clear(self) -> None:
         """Forget every row (t = 0); the blocks stay allocated for the rows written next (a refit's rebuild

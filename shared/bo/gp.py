@@ -24,7 +24,6 @@ hyper-parameters rebuilds the factorisation from scratch (O(n t r + n t^2)), on 
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,10 +32,11 @@ import numpy as np
 import numpy.typing as npt
 from scipy.linalg import solve_triangular
 
-from shared.bo.factor import SPARE_MIN_BYTES, FactorRows, give_back, take_spare
+from shared.bo.factor import FactorRows
 from shared.bo.float32_bounds import F32_UNIT, Float32Bounds
 from shared.bo.kernels import se_finish_log, se_from_sqdist, se_matrix, sqdist_from_gram
-from shared.bo.parallel import CHUNK, chunk_buffer, in_parallel, split
+from shared.bo.parallel import argmax
+from shared.bo.partition import Partition, StepMessage
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -45,9 +45,6 @@ __all__ = ["GaussianProcess", "Hyperparameters", "median_distance", "se_kernel"]
 
 #: Added to the diagonal of K (beside the noise variance) for numerical stability.
 DEFAULT_JITTER = 1e-10
-
-#: Rows of Z transposed at a time into ``[Z/l; ...]`` (15 float64 columns: 240 KB, within a core's L2).
-TILE = 2048
 
 
 @dataclass(frozen=True)
@@ -97,13 +94,6 @@ def median_distance(Z: FloatArray, max_points: int = 1000) -> float:
     return float(np.median(dist)) if dist.size else 1.0
 
 
-def _work_array(shape: tuple[int, int]) -> FloatArray:
-    """A float64 array of ``shape``: a spare one (``shared.bo.factor``) when it is large, else new."""
-    spare = take_spare(shape, np.dtype(np.float64)) if 8 * shape[0] * shape[1] >= SPARE_MIN_BYTES else None
-    out: FloatArray = spare if spare is not None else np.empty(shape)
-    return out
-
-
 class GaussianProcess(Float32Bounds):
     """GP posterior over the fixed candidates Z, grown one observation at a time in O(n (t + r)).
 
@@ -148,48 +138,29 @@ class GaussianProcess(Float32Bounds):
         self._idx = np.empty(cap, dtype=np.int64)
         self._y = np.empty(cap)
         self._L = np.zeros((cap, cap))
-        if getattr(self, "_A", None) is None:
-            self._A = FactorRows(
-                self.n,
-                spill=self.spill,
-                spill_directory=self.spill_directory,
-                dtype=np.float32 if self.factor_dtype == "float32" else np.float64,
-            )
-        self._A.clear()  # (its blocks are kept for the rebuild's rows)
         self._w = np.empty(cap)  # L^{-1} y
         self._u = np.empty(cap)  # L^{-1} 1
         self._err = np.zeros(cap)  # float32 factor: bounds on |stored row - float64 row| (``float32_bounds``)
         self.t = 0
-        r = self.Z.shape[1]
-        if getattr(self, "_work", None) is None:
-            # The per-candidate arrays and [Z/l; -|Z/l|^2/2]: large ones are taken from the arrays a released
-            # GP over the same n gave back (fresh memory costs more to touch than to read, see
-            # ``shared.bo.factor``) and given back when this GP is collected.
-            rows = 6 if self.factor_dtype == "float32" else 5
-            self._work, self._ST = _work_array((rows, self.n)), _work_array((r + 1, self.n))
-            kept = [a for a in (self._work, self._ST) if a.nbytes >= SPARE_MIN_BYTES]
-            if kept:
-                weakref.finalize(self, give_back, kept)
-        self._p, self._q, self._var = self._work[0], self._work[1], self._work[2]  # A^T L^-1 y, A^T L^-1 1
-        self._scratch, self._ucb = self._work[3], self._work[4]
-        self._row = self._work[5] if self.factor_dtype == "float32" else None  # the new row, in float64
-        self._p.fill(0.0)
-        self._q.fill(0.0)
-        self._var.fill(float(self.hp.signal_variance))
+        if getattr(self, "_part", None) is None:
+            # every per-candidate array (the factor A, p, q, the variance, [Z/l; -|Z/l|^2/2]): one partition
+            # over all n (``shared.bo.partition``, the same code as each partition of a distributed loop)
+            self._part = Partition(
+                self.Z,
+                self.hp.signal_variance,
+                self.hp.lengthscale,
+                empirical=self.prior_mean == "empirical",
+                factor_dtype=self.factor_dtype,  # type: ignore[arg-type]
+                spill=self.spill,
+                spill_directory=self.spill_directory,
+            )
+        else:
+            self._part.reset(self.hp.signal_variance, self.hp.lengthscale)
+        part = self._part
+        self._A, self._ST, self._sqnorm = part.A, part.ST, part.sqnorm
+        self._p, self._q, self._var, self._ucb = part.p, part.q, part.var, part.ucb
+        self._row = part._row  # the float64 work row beside a float32 factor (None: float64)
         self._ucb_for: tuple[int, float] | None = None  # (t, c) of the values in _ucb, while valid
-        ls = np.asarray(self.hp.lengthscale, dtype=np.float64)
-        # [Z / l ; -|Z / l|^2 / 2]^T as one [r + 1, n] array: k(Z_j, Z) is one dgemv over it (kernel_row)
-        scale = ls[:, None] if ls.ndim else ls
-        Z, ST = self.Z, self._ST
-
-        def transpose(s: slice) -> None:  # in tiles that stay in cache (one strided pass: 3-4x slower)
-            for start in range(s.start, s.stop, TILE):
-                tile = slice(start, min(start + TILE, s.stop))
-                np.divide(Z[tile].T, scale, out=ST[:r, tile])
-
-        split(transpose, self.n)
-        self._sqnorm = np.einsum("ij,ij->j", self._ST[:r], self._ST[:r])
-        np.multiply(self._sqnorm, -0.5, out=self._ST[r])
 
     def _grow(self) -> None:
         """Double the capacity of the small per-observation arrays (A grows by blocks on its own)."""
@@ -207,6 +178,11 @@ class GaussianProcess(Float32Bounds):
     def indices(self) -> npt.NDArray[np.int64]:
         return self._idx[: self.t].copy()
 
+    def rows(self, indices: npt.ArrayLike) -> FloatArray:
+        """``Z[indices]`` [p, r] (a copy)."""
+        out: FloatArray = self.Z[np.asarray(indices, dtype=np.int64)]
+        return out
+
     @property
     def y(self) -> FloatArray:
         return self._y[: self.t].copy()
@@ -218,16 +194,19 @@ class GaussianProcess(Float32Bounds):
 
     def _kernel_factors(self, j: int) -> tuple[FloatArray, float, float] | None:
         """``(x, shift, ln s2)`` with which ``k(Z_j, Z)`` is ``se_finish_log(x^T [Z/l; -|Z/l|^2/2], shift,
-        ln s2)`` (``shared.bo.kernels``): x = [z_j/l; 1] makes the product ``z_i.z_j - |z_i|^2/2``, and adding
-        ``shift = ln s2 - |z_j|^2/2`` makes it ``ln s2 - |z_i - z_j|^2/2``. None when a subclass overrides
+        ln s2)`` (``shared.bo.kernels``, ``Partition.kernel_factors``). None when a subclass overrides
         ``kernel_row`` (another kernel)."""
         if type(self).kernel_row is not GaussianProcess.kernel_row:
             return None
-        r = self._ST.shape[0] - 1
-        x = np.empty(r + 1)
-        x[:r], x[r] = self._ST[:r, j], 1.0
         log_s2 = math.log(self.hp.signal_variance)
-        return x, float(self._ST[r, j]) + log_s2, log_s2
+        x, shift = self._part.kernel_factors(j, log_s2)
+        return x, shift, log_s2
+
+    def _st_columns(self, idx: npt.NDArray[np.int64]) -> FloatArray:
+        """The columns ``idx`` of ``[Z/l; -|Z/l|^2/2]`` [r + 1, len(idx)], in Fortran order (numpy's layout
+        of ``ST[:, idx]``; the product with them is one BLAS call whose summation order follows it)."""
+        out: FloatArray = np.asfortranarray(self._ST[:, idx])
+        return out
 
     def _kernel_row_into(self, j: int, out: FloatArray) -> None:
         """``out <- k(Z_j, Z)`` [n] (``_kernel_factors``, ``_kernel_row_whole``). A subclass that overrides
@@ -239,13 +218,8 @@ class GaussianProcess(Float32Bounds):
             self._kernel_row_whole(factors, out)
 
     def _kernel_row_whole(self, factors: tuple[FloatArray, float, float], out: FloatArray) -> None:
-        """The kernel row over all n: one dgemv over ``[Z/l; -|Z/l|^2/2]``, then the clamp at ``ln s2`` (a
-        distance is >= 0) and the exponential in one pass split across the cores."""
-        from scipy.linalg.blas import dgemv
-
-        x, shift, log_s2 = factors
-        dgemv(1.0, self._ST.T, x, beta=0.0, y=out, overwrite_y=1)
-        split(lambda s: se_finish_log(out[s], shift, log_s2), self.n, chunk=CHUNK)
+        """The kernel row over all n (``Partition._kernel_row_whole``)."""
+        self._part._kernel_row_whole(factors, out)
 
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
@@ -279,14 +253,14 @@ class GaussianProcess(Float32Bounds):
         t = self.t
         # [n]: A's next row, or the float64 work row beside a float32 factor (the new row is then stored
         # rounded and read back, so that p and the variance follow the stored A)
-        a = self._A.next_row() if self._row is None else self._row
         factors = self._kernel_factors(j)
         idx = self._idx[:t]
         if factors is None:  # another kernel: its row, whole
+            a = self._part.row_buffer()
             a[:] = self.kernel_row(j)
             k_old = a[idx]
         else:  # k(Z_I, Z_j) [t] from the same product and element-wise steps as the pass's
-            k_old = factors[0] @ self._ST[:, idx]
+            k_old = factors[0] @ self._st_columns(idx)
             se_finish_log(k_old, *factors[1:])
         L = self._L[:t, :t]
         lvec = solve_triangular(L, k_old, lower=True, check_finite=False) if t else np.empty(0)
@@ -301,80 +275,10 @@ class GaussianProcess(Float32Bounds):
             self._err[t] = self._row_error_bound(lvec, l_tt)
         m = float(self._y[: t + 1].mean()) if self.prior_mean == "empirical" else 0.0  # self.m at t + 1
         ucb = None if ucb_scale is None else (float(ucb_scale), m)
-        self._update(a, factors, lvec, (w, u, 1.0 / l_tt), ucb)
-        self._A.commit()
+        x, shift, log_s2 = factors if factors is not None else (None, 0.0, 0.0)
+        self._part.update(StepMessage(t, x, shift, log_s2, lvec, w, u, 1.0 / l_tt, ucb))
         self.t = t + 1
         self._ucb_for = None if ucb_scale is None else (self.t, float(ucb_scale))
-
-    def _update(
-        self,
-        a: FloatArray,
-        kernel: tuple[FloatArray, float, float] | None,
-        lvec: FloatArray,
-        coefficients: tuple[float, float, float],
-        ucb: tuple[float, float] | None,
-    ) -> None:
-        """The step's one chunked pass over n, split across the cores: on each chunk, the kernel row
-        (``kernel``: ``_kernel_factors``' product over the chunk's candidates and ``se_finish_log``; None:
-        ``a`` holds it already), ``g = l^T A`` over the chunk's columns (one BLAS gemv per block of A, in the
-        factor's precision: A is read once, the chunk's g used while in cache), the new row ``a <- (k - g)
-        inv`` (float32 factor: stored rounded in A's next row and read back), ``p += w a``, ``q += u a``
-        (empirical prior mean only), ``var -= a^2``, and with ``ucb = (c, m)`` the acquisition ``mean + c
-        std`` into ``_ucb``. Below MIN_PARALLEL (one slice) the two products run over all n first."""
-        w, u, inv = coefficients
-        p, q, var, ST = self._p, self._q, self._var, self._ST
-        empirical = self.prior_mean == "empirical"
-        row = None if self._row is None else self._A.next_row()
-        x = lvec.astype(self._A.dtype) if lvec.size else None
-        dtype = self._A.dtype
-        whole, formed = None, False
-        if not in_parallel(self.n):
-            # One slice: the kernel row's dgemv and l^T A each in one BLAS call per array over all n first,
-            # so BLAS keeps its threads busy (called chunk by chunk they sleep between the calls: measured,
-            # the n = 100 000 loop 1.15x slower). A float64 factor's row is formed in BLAS, as ``y <- beta y
-            # + alpha x^T A`` with the kernel values finished first (that loop 1.04x faster than in the pass).
-            if kernel is not None:
-                self._kernel_row_whole(kernel, a)
-                kernel = None
-            if row is None:
-                self._A.gemv_into(lvec, a, alpha=-inv, beta=inv)
-                formed = True
-            elif x is not None:
-                whole = self._A.project(x)
-
-        def run(s: slice) -> None:
-            size = s.stop - s.start
-            # the chunk's temporaries are the thread's own (in cache, never written back to an [n] array);
-            # float32 factor: ``a`` (the float64 work row) is only read, the row goes to A rounded
-            tmp = chunk_buffer("tmp", np.dtype(np.float64), size)
-            part = a[s] if row is None else chunk_buffer("row", np.dtype(np.float64), size)
-            if kernel is not None:
-                np.matmul(kernel[0], ST[:, s], out=part)
-                se_finish_log(part, kernel[1], kernel[2])
-            elif row is not None:
-                part[...] = a[s]
-            if whole is not None:
-                np.subtract(part, whole[s], out=part)
-            elif x is not None and not formed:
-                g = chunk_buffer("g", dtype, size)
-                self._A.project_columns(x, s, g, chunk_buffer("g_block", dtype, size))
-                np.subtract(part, g, out=part)
-            if row is not None:
-                np.multiply(part, inv, out=row[s], casting="same_kind")  # in float64, stored rounded
-                part[...] = row[s]
-            elif not formed:
-                np.multiply(part, inv, out=part)
-            np.multiply(part, w, out=tmp)
-            np.add(p[s], tmp, out=p[s])
-            if empirical:
-                np.multiply(part, u, out=tmp)
-                np.add(q[s], tmp, out=q[s])
-            np.multiply(part, part, out=tmp)
-            np.subtract(var[s], tmp, out=var[s])
-            if ucb is not None:
-                self._ucb_slice(s, ucb[0], ucb[1], self._ucb)
-
-        split(run, self.n, chunk=CHUNK, blas=True)
 
     def refit(self, hyperparameters: Hyperparameters) -> None:
         """Replace the hyper-parameters and rebuild the posterior from the stored observations."""
@@ -384,29 +288,31 @@ class GaussianProcess(Float32Bounds):
         self._rebuild(idx, y)
 
     def _rebuild(self, idx: npt.NDArray[np.int64], y: FloatArray) -> None:
-        """Batch build (GPML Alg. 2.1), same state as t calls of ``add``: O(n t r + n t^2)."""
+        """Batch build (GPML Alg. 2.1), same state as t calls of ``add``: L, L^{-1} y and L^{-1} 1 here
+        (O(t^3)), the factor and the per-candidate arrays in ``Partition.rebuild`` (O(n t r + n t^2))."""
         t = idx.size
         if t == 0:
             return
         while self._idx.size < t:
             self._grow()
-        Kxn = se_kernel(self.Z[idx], self.Z, self.hp)  # [t, n]
-        K = Kxn[:, idx] + (self.hp.noise_variance + self.jitter) * np.eye(t)
-        L = np.linalg.cholesky(K)
-        A = solve_triangular(L, Kxn, lower=True, check_finite=False)
+        L, w, u = self._batch_factor(self.Z[idx], y)
+        self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
+        float32 = self.factor_dtype == "float32"
+        if float32:  # p and the variance follow the stored (rounded) factor
+            self._err[:t] = F32_UNIT * math.sqrt(self.hp.signal_variance)  # one rounding of |A| <= s
+        self._part.rebuild(self.Z[idx], L, w, u, self.hp.signal_variance, self.hp.lengthscale, float32)
+        self._idx[:t], self._y[:t] = idx, y
+        self.t = t
+
+    def _batch_factor(self, Z_obs: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(L, L^{-1} y, L^{-1} 1) of the observations at ``Z_obs`` [t, r]: K = k(Z_obs, Z_obs) + (noise +
+        jitter) Id = L L^T (GPML Alg. 2.1 line 2)."""
+        t = Z_obs.shape[0]
+        K = se_kernel(Z_obs, Z_obs, self.hp) + (self.hp.noise_variance + self.jitter) * np.eye(t)
+        L = np.asarray(np.linalg.cholesky(K), dtype=np.float64)
         w = solve_triangular(L, y, lower=True, check_finite=False)
         u = solve_triangular(L, np.ones(t), lower=True, check_finite=False)
-        self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
-        if self.factor_dtype == "float32":  # p and the variance follow the stored (rounded) factor
-            A = A.astype(np.float32).astype(np.float64)
-            self._err[:t] = F32_UNIT * math.sqrt(self.hp.signal_variance)  # one rounding of |A| <= s
-        self._A.load(A)
-        self._idx[:t], self._y[:t] = idx, y
-        np.matmul(A.T, w, out=self._p)
-        np.matmul(A.T, u, out=self._q)
-        np.einsum("ij,ij->j", A, A, out=self._var)
-        np.subtract(self.hp.signal_variance, self._var, out=self._var)
-        self.t = t
+        return L, w, u
 
     # -- posterior -------------------------------------------------------------------------------------
     @property
@@ -446,27 +352,9 @@ class GaussianProcess(Float32Bounds):
     def upper_confidence_bound(self, c: float, out: FloatArray | None = None) -> FloatArray:
         """``mean + c std`` at every candidate [n] (GP-UCB's acquisition with c = beta^1/2), into ``out`` or
         a new array: the arithmetic of ``mean() + c * std()``, in one chunked pass over n split across the
-        cores."""
+        cores (``Partition.ucb_slice``)."""
         res: FloatArray = np.empty(self.n) if out is None else out
-        m, c = self.m, float(c)
-        split(lambda s: self._ucb_slice(s, c, m, res), self.n, chunk=CHUNK)
-        return res
-
-    def _ucb_slice(self, s: slice, c: float, m: float, res: FloatArray) -> None:
-        """``res[s] = mean + c sqrt(max(var, 0))`` with ``mean = p + m (1 - q)`` (p when m = 0), in the order
-        of ``mean() + c * std()`` (bit for bit)."""
-        part = res[s]
-        np.maximum(self._var[s], 0.0, out=part)
-        np.sqrt(part, out=part)
-        np.multiply(part, c, out=part)
-        if m:
-            mean = self._scratch[s]
-            np.subtract(1.0, self._q[s], out=mean)
-            np.multiply(mean, m, out=mean)
-            np.add(self._p[s], mean, out=mean)
-            np.add(mean, part, out=part)
-        else:
-            np.add(self._p[s], part, out=part)
+        return self._part.upper_confidence_bound(float(c), self.m, res)
 
     def ucb_values(self, c: float) -> FloatArray:
         """``mean + c std`` [n] in the GP's own acquisition buffer: the values the last ``add(...,
@@ -479,9 +367,15 @@ class GaussianProcess(Float32Bounds):
         out: FloatArray = self._ucb
         return out
 
+    def ucb_argmax(self, c: float, excluded: npt.NDArray[np.int64]) -> tuple[int, float]:
+        """(index, value) of the first maximum of ``mean + c std`` over the candidates not in ``excluded``, as
+        ``np.argmax`` picks it (ties: the smallest index; the first NaN if any): GP-UCB's choice (PO-GP-UCB
+        Alg. 2 line 4). A distributed GP answers it without gathering the n values."""
+        ucb = self.ucb_values(c)
+        ucb[excluded] = -np.inf
+        i = argmax(ucb)
+        return i, float(ucb[i])
+
     def posterior_at(self, index: int) -> tuple[float, float]:
         """(mean, std) of f at one candidate, without computing them over all n."""
-        i = int(index)
-        m = self.m
-        mean = float(self._p[i] + m * (1.0 - self._q[i])) if m else float(self._p[i])
-        return mean, math.sqrt(max(float(self._var[i]), 0.0))
+        return self._part.posterior_at(int(index), self.m)

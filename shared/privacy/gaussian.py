@@ -36,16 +36,28 @@ that too, but it takes ~70 microseconds per entry at its default granularity (an
 against ~2 s here; ``pobo bench perf``); the tests compare this sampler with OpenDP's
 (``tests/shared/test_gaussian.py``). The noise comes from ``os_entropy_rng()``: AES-CTR keyed from the OS.
 
-``noisy_rows`` is the mechanism itself (Y of one row block); ``gaussian_release`` streams the blocks through
-it and post-processes (centring, projection). The privacy audit attacks ``noisy_rows``'s output bit by bit
-(``shared.privacy.audit``) and the release's whole output by its distribution.
+Streams. The rows are cut into noise blocks whose boundaries depend on (n, d) only (``noise_blocks``). The
+master generator draws the projection M first (when r < d), then two 128-bit keys per block, in block order
+(``noise_keys``): block b's noise N comes from the AES-CTR stream keyed by its first key, its dither from the
+stream keyed by its second (``shared.privacy.rng.keyed_rng``). Each entry's noise is still exact lattice noise
+from a cryptographic stream, and the streams are independent (AES-CTR under independent uniformly random
+keys), so the mechanism and its guarantee are those above; what the blocks buy is that a block's Y is a
+function of its rows and its keys alone, computed the same wherever it is computed: in this process
+(``gaussian_release``) or as a Dask task on the curator's cluster (``shared.distributed.release``), with the
+same Z bit for bit. The column sums of Y are summed per block (``release_block``) and the blocks' sums added
+in block order, in both.
+
+``noisy_rows`` is the mechanism itself (Y of one row block); ``release_block`` is one block of the release
+(the mechanism, its column sums, the projection); ``gaussian_release`` runs the blocks in order and centres.
+The privacy audit attacks ``noisy_rows``'s output bit by bit (``shared.privacy.audit``) and the release's
+whole output by its distribution.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -65,8 +77,8 @@ from shared.privacy.lattice import (
     sampler_margins,
 )
 from shared.privacy.params import check_epsilon_delta, check_r
-from shared.privacy.rng import derived_rng, os_entropy_rng
-from shared.privacy.rows import FloatArray, check_matrix, raise_not_finite, read_block, row_blocks
+from shared.privacy.rng import derived_key, keyed_rng, os_entropy_rng
+from shared.privacy.rows import BLOCK_BYTES, FloatArray, check_matrix, raise_not_finite, read_block
 
 __all__ = [
     "MAX_LATTICE_VALUE",
@@ -74,12 +86,23 @@ __all__ = [
     "RELAXATION",
     "GaussianCalibration",
     "GaussianRelease",
+    "NoiseKeys",
     "calibrate",
+    "check_release_r",
     "epsilon_for_change",
     "gaussian_release",
     "lattice_noise",
+    "noise_blocks",
+    "noise_keys",
     "noisy_rows",
+    "release_block",
+    "release_projection_matrix",
 ]
+
+#: The release's noise blocks: at least this many rows (a block's two keys and generators cost ~10 us) ...
+NOISE_BLOCK_MIN_ROWS = 4096
+#: ... aiming at this many blocks (work for a cluster's workers), and at most ``BLOCK_BYTES`` of X each.
+NOISE_BLOCKS_TARGET = 64
 
 
 @dataclass(frozen=True)
@@ -189,6 +212,100 @@ def noisy_rows(
     return add_lattice_noise(calibration.mechanism, Xb, rng, checked=checked, dither_rng=dither_rng)
 
 
+def check_release_r(r: int | None, d: int) -> int | None:
+    """``r`` of a Gaussian release of d features: None (no projection) or 1 <= r < d (InputDataError else)."""
+    if r is None:
+        return None
+    if check_r(r) >= d:
+        raise InputDataError(
+            f"r = {int(r)} is not below d = {d}: a Gaussian release projects only to fewer dimensions "
+            f"than the {d} features; omit r to release all {d} noisy features"
+        )
+    return int(r)
+
+
+def release_projection_matrix(rng: np.random.Generator, d: int, r: int | None) -> FloatArray | None:
+    """B = M / sqrt(r) [d, r], M i.i.d. N(0, 1): the first draw of the master generator (None when r is
+    None). Never stored."""
+    if r is None:
+        return None
+    return rng.standard_normal((d, int(r))) / math.sqrt(int(r))
+
+
+def noise_blocks(n: int, d: int) -> range:
+    """Start offsets of the release's noise blocks (``range.step`` rows each, the last one shorter).
+
+    A function of (n, d) only, never of how X is stored, read or chunked on a cluster: a block's noise is
+    drawn from its own streams, so the boundaries are part of the mechanism's definition (any boundaries
+    give the same distribution, fixed ones give the same bits). At least ``NOISE_BLOCK_MIN_ROWS`` rows,
+    about n / ``NOISE_BLOCKS_TARGET``, at most ``BLOCK_BYTES`` of float64 rows.
+    """
+    most = max(1, BLOCK_BYTES // (8 * max(d, 1)))
+    rows = min(most, max(NOISE_BLOCK_MIN_ROWS, -(-n // NOISE_BLOCKS_TARGET)))
+    return range(0, n, rows)
+
+
+@dataclass(frozen=True)
+class NoiseKeys:
+    """The keys of one noise block's two AES-CTR streams (curator-private: whoever holds them can subtract
+    the block's noise; they travel only to the curator's own cluster, and are never stored or printed)."""
+
+    noise: int = field(repr=False)
+    dither: int = field(repr=False)
+
+
+def noise_keys(rng: np.random.Generator, blocks: int) -> list[NoiseKeys]:
+    """Two 128-bit keys per block, drawn from the master generator in block order (noise key, then dither
+    key): each block's streams are independent of each other and of the master's remaining stream."""
+    return [NoiseKeys(noise=derived_key(rng), dither=derived_key(rng)) for _ in range(blocks)]
+
+
+def _noisy_checked(
+    Xb: FloatArray,
+    start: int,
+    cal: GaussianCalibration,
+    rng: np.random.Generator,
+    dither: np.random.Generator,
+) -> FloatArray:
+    """Y of rows ``start:start+len(Xb)`` after refusing non-finite values or values beyond the lattice (by
+    position, never by value)."""
+    stop = start + Xb.shape[0]
+    with np.errstate(invalid="ignore"):
+        peak = float(np.abs(Xb).max())
+    if not math.isfinite(peak):
+        raise_not_finite(Xb, start)
+    limit = cal.max_abs_value
+    if peak >= limit:
+        raise InputDataError(
+            f"a feature value reaches |x| >= {limit:.3g} (scaled units) around rows {start}..{stop - 1}; "
+            "the Gaussian release represents |x| below that: rescale the features"
+        )
+    return noisy_rows(Xb, cal, rng, checked=True, dither_rng=dither)
+
+
+def _project(Yb: FloatArray, B: FloatArray | None) -> FloatArray:
+    return Yb if B is None else Yb @ B
+
+
+def release_block(
+    Xb: npt.ArrayLike,
+    start: int,
+    calibration: GaussianCalibration,
+    keys: NoiseKeys,
+    B: FloatArray | None,
+) -> tuple[FloatArray, FloatArray]:
+    """One noise block of the release: (Y_b, or Y_b B when projecting; the column sums of Y_b [d]).
+
+    ``Xb``: the block's rows (rows ``start`` on, for error messages). A pure function of its arguments:
+    ``gaussian_release`` calls it in this process, ``shared.distributed.release`` as a Dask task (which a
+    cluster may run twice, after losing a worker: with the same result). The rows are made C-contiguous
+    float64 first, so that the column sums are always the same sequence of float additions.
+    """
+    Xc = np.ascontiguousarray(Xb, dtype=np.float64)
+    Yb = _noisy_checked(Xc, int(start), calibration, keyed_rng(keys.noise), keyed_rng(keys.dither))
+    return _project(Yb, B), Yb.sum(axis=0)
+
+
 def gaussian_release(
     X: npt.ArrayLike,
     *,
@@ -202,45 +319,34 @@ def gaussian_release(
 
     ``r`` (optional, 1 <= r < d) adds a Gaussian random projection ``Z = Yc M / sqrt(r)`` as post-processing.
     ``rng`` defaults to a fresh generator seeded from OS entropy (production); pass one only in tests and
-    benchmarks. One streaming pass over the rows: noise, column sums and the projection block by block.
+    benchmarks: it draws M, then the noise blocks' keys (module docstring). One streaming pass over the rows,
+    block by block (``release_block``); ``block_rows`` (tests) reads fewer rows at a time inside a noise block
+    without changing its noise (its column sums may then differ in the last bits). The same master generator
+    gives the same Z, bit for bit, as ``shared.distributed.release.gaussian_release_dask``.
     """
     X = check_matrix(X)
     n, d = X.shape
     cal = calibrate(epsilon, delta, d)
-    if r is not None:
-        if check_r(r) >= d:
-            raise InputDataError(
-                f"r = {int(r)} is not below d = {d}: a Gaussian release projects only to fewer dimensions "
-                f"than the {d} features; omit r to release all {d} noisy features"
-            )
+    r = check_release_r(r, d)
     rng = rng if rng is not None else os_entropy_rng()
-    B: FloatArray | None = None
-    if r is not None:
-        B = rng.standard_normal((d, int(r))) / math.sqrt(int(r))  # M / sqrt(r); never stored
-    dither = derived_rng(rng)  # the dither's own stream: the blocks' size does not change the noise
+    B = release_projection_matrix(rng, d, r)
+    blocks = noise_blocks(n, d)
+    keys = noise_keys(rng, len(blocks))
     Z = np.empty((n, d if B is None else B.shape[1]))
     colsum = np.zeros(d)
-    limit = cal.max_abs_value
-    blocks = row_blocks(n, d, block_rows)
-    for start in blocks:
+    for start, key in zip(blocks, keys, strict=True):
         stop = min(n, start + blocks.step)
-        Xb = read_block(X, start, stop)
-        with np.errstate(invalid="ignore"):
-            peak = float(np.abs(Xb).max())
-        if not math.isfinite(peak):
-            raise_not_finite(Xb, start)
-        if peak >= limit:
-            raise InputDataError(
-                f"a feature value reaches |x| >= {limit:.3g} (scaled units) around rows {start}..{stop - 1}; "
-                "the Gaussian release represents |x| below that: rescale the features"
-            )
-        # the mechanism's output; everything below is post-processing
-        Yb = noisy_rows(Xb, cal, rng, checked=True, dither_rng=dither)
-        colsum += Yb.sum(axis=0)
-        if B is None:
-            Z[start:stop] = Yb
-        else:
-            np.matmul(Yb, B, out=Z[start:stop])
+        if block_rows is None or block_rows >= stop - start:
+            Z[start:stop], part = release_block(read_block(X, start, stop), start, cal, key, B)
+            colsum += part
+            continue
+        noise, dither = keyed_rng(key.noise), keyed_rng(key.dither)
+        for lo in range(start, stop, max(1, int(block_rows))):  # the block's streams, read in pieces
+            hi = min(stop, lo + max(1, int(block_rows)))
+            Xb = np.ascontiguousarray(read_block(X, lo, hi))
+            Yb = _noisy_checked(Xb, lo, cal, noise, dither)
+            colsum += Yb.sum(axis=0)
+            Z[lo:hi] = _project(Yb, B)
     mean = colsum / n
     Z -= mean if B is None else mean @ B
     return GaussianRelease(Z=Z, calibration=cal, projected=B is not None)

@@ -12,10 +12,12 @@ model includes partners who know some rows exactly (and so see the noise added t
 A generator created before a server forks would repeat its stream in every worker, and a user-chosen seed
 would let whoever chose it undo the noise; so every release and every noise draw calls ``os_entropy_rng()``
 at the moment it needs randomness. ``derived_rng(rng)`` keys a second, independent AES-CTR stream from 128
-bits of ``rng`` (a stream of its own for the release's dither, so that the noise does not depend on how the
-rows are cut into blocks). No API accepts a seed for production noise. ``seeded_rng(seed)`` builds the
-same generator from a fixed key, for tests, benchmarks and the privacy audit (which must be reproducible and
-should exercise the production generator).
+bits of ``rng``; ``derived_key(rng)`` draws such a key without building the generator, and ``keyed_rng(key)``
+builds it later, elsewhere (the Gaussian release gives every row block a noise stream and a dither stream of
+their own this way, so that a block's noise is the same whichever process, or Dask worker, draws it). No
+API accepts a seed for production noise. ``seeded_rng(seed)`` builds the same generator from a fixed key,
+for tests, benchmarks and the privacy audit (which must be reproducible and should exercise the production
+generator).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import secrets
 import numpy as np
 from randomgen import AESCounter
 
-__all__ = ["derived_rng", "os_entropy_rng", "seeded_rng"]
+__all__ = ["derived_key", "derived_rng", "keyed_rng", "os_entropy_rng", "seeded_rng"]
 
 _KEY_BITS = 128
 
@@ -42,8 +44,18 @@ def seeded_rng(seed: int) -> np.random.Generator:
     return np.random.Generator(AESCounter(key=int(seed)))
 
 
+def derived_key(rng: np.random.Generator) -> int:
+    """128 bits drawn from ``rng`` (two 64-bit words, high first): the key of a derived AES-CTR stream."""
+    hi, lo = (int(w) for w in rng.integers(0, 2**64, size=2, dtype=np.uint64))
+    return (hi << 64) | lo
+
+
+def keyed_rng(key: int) -> np.random.Generator:
+    """The AES-128-CTR generator keyed by ``key`` (from ``derived_key``: never a user-chosen value)."""
+    return np.random.Generator(AESCounter(key=int(key)))
+
+
 def derived_rng(rng: np.random.Generator) -> np.random.Generator:
     """A second AES-128-CTR generator keyed by 128 bits drawn from ``rng``: as unpredictable as ``rng``, and
     independent of the rest of its stream (the key is never output)."""
-    hi, lo = (int(w) for w in rng.integers(0, 2**64, size=2, dtype=np.uint64))
-    return np.random.Generator(AESCounter(key=(hi << 64) | lo))
+    return keyed_rng(derived_key(rng))

@@ -18,7 +18,7 @@ import signal
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import SecretStr
 
@@ -93,9 +93,26 @@ def create_private_file(path: Path) -> None:
         pass
 
 
-def configure_logging() -> None:
-    """The services' log format (also called in each spawned worker, which starts with no handlers)."""
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+#: Values of both services' ``log_format`` setting.
+LogFormat = Literal["text", "json"]
+
+#: The JSON formatter of ``log_format = "json"`` (``shared.servicekit.logs``), as dictConfig names it.
+JSON_FORMATTER = {"()": "shared.servicekit.logs.JsonFormatter"}
+
+
+def configure_logging(log_format: LogFormat = "text", *, force: bool = False) -> None:
+    """The services' log format on the root logger (pobo's own loggers): text lines (:data:`LOG_FORMAT`),
+    or one JSON object per line (``shared.servicekit.logs``). Also called in each spawned worker, where
+    uvicorn's configuration (``uvicorn_log_config``) has already set the root logger: like
+    ``logging.basicConfig``, nothing changes then unless ``force``."""
+    if log_format == "json":
+        from shared.servicekit.logs import JsonFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=logging.INFO, handlers=[handler], force=force)
+    else:
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=force)
 
 
 class RedactQueryStrings(logging.Filter):
@@ -114,17 +131,27 @@ class RedactQueryStrings(logging.Filter):
         return True
 
 
-def uvicorn_log_config() -> dict[str, Any]:
+def uvicorn_log_config(log_format: LogFormat = "text") -> dict[str, Any]:
     """uvicorn's own logging configuration with :class:`RedactQueryStrings` on its access log handler.
 
     Handed to ``uvicorn.run`` (not installed afterwards), so that it holds in the single process, in every
-    spawned worker (uvicorn configures each worker's logging from it), with or without TLS.
+    spawned worker (uvicorn configures each worker's logging from it), with or without TLS. With
+    ``log_format="json"`` uvicorn's error and access lines are formatted by ``logs.JsonFormatter`` (the
+    redaction filter still runs first), and so are the root logger's (pobo's own loggers, on stderr).
     """
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
     config.setdefault("filters", {})["redact_query"] = {"()": f"{__name__}.RedactQueryStrings"}
     config["handlers"]["access"].setdefault("filters", []).append("redact_query")
+    if log_format == "json":
+        config["formatters"] = {"default": dict(JSON_FORMATTER), "access": dict(JSON_FORMATTER)}
+        config["handlers"]["pobo"] = {
+            "formatter": "default",
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+        }
+        config["root"] = {"handlers": ["pobo"], "level": "INFO"}
     return config
 
 
@@ -143,6 +170,7 @@ def run(
     tls_keyfile: Path | None = None,
     tls_keyfile_password: str | None = None,
     access_log: bool = True,
+    log_format: LogFormat = "text",
 ) -> None:
     """Serve ``app`` (one process) or, with ``workers > 1``, ``factory`` (``"module:function"``) in each
     of ``workers`` spawned processes. Returns after a graceful shutdown (SIGTERM or SIGINT); exit 0."""
@@ -154,7 +182,7 @@ def run(
         "port": port,
         "log_level": "info",
         "access_log": access_log,
-        "log_config": uvicorn_log_config(),
+        "log_config": uvicorn_log_config(log_format),
         "timeout_graceful_shutdown": 10,
         **tls,
     }
@@ -182,6 +210,7 @@ class ServiceSettings(Protocol):
     tls_keyfile: Path | None
     tls_keyfile_password: SecretStr | None
     access_log: bool
+    log_format: LogFormat
 
     @property
     def tls_enabled(self) -> bool: ...
@@ -199,6 +228,8 @@ def serve(
     ``<service>_service.main:worker_app``. ``bind_to`` is the command line's (host, port, workers); None
     takes the setting."""
     service = settings.service
+    if settings.log_format != "text":  # before anything is logged (``configure_logging`` ran with text)
+        configure_logging(settings.log_format, force=True)
     logger = logging.getLogger(f"pobo.{service}")
     factory = f"{service}_service.main:worker_app"
     host, port, workers = bind_to
@@ -223,4 +254,5 @@ def serve(
         tls_keyfile=settings.tls_keyfile,
         tls_keyfile_password=password.get_secret_value() if password else None,
         access_log=settings.access_log,
+        log_format=settings.log_format,
     )

@@ -8,6 +8,7 @@ compose secrets) when that directory exists; values are ``SecretStr`` so their `
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sys
@@ -18,7 +19,7 @@ from typing import Any, ClassVar, Self
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.servicekit.serving import WORKERS_HELP, check_operator_token
+from shared.servicekit.serving import WORKERS_HELP, LogFormat, check_operator_token
 from shared.servicekit.tls import check_tls_files
 
 __all__ = ["SECRETS_DIR", "ServiceSettings", "settings_config", "write_secret"]
@@ -64,6 +65,13 @@ class ServiceSettings(BaseSettings):
         default=True,
         description="uvicorn's access log on stdout (method, path, status only). The curator's durable "
         "access log (GET /v1/access-log) is kept either way.",
+    )
+    log_format: LogFormat = Field(
+        default="text",
+        description="text: uvicorn's lines and pobo's own as text. json: every log line (uvicorn's error and "
+        "access loggers, pobo's loggers) one JSON object: time (ISO 8601, UTC), level, logger, pid, message; "
+        "method, path (query string redacted) and status on access lines; exc for an exception. A generated "
+        "token is then not printed: read it from its file in the data dir.",
     )
     metrics_token: SecretStr | None = Field(
         default=None,
@@ -154,7 +162,8 @@ class ServiceSettings(BaseSettings):
         file (0600), so that later starts reuse it: ``generate()``, by default a token of 256 random bits.
 
         ``announce_as`` ("an admin token"): a generated secret the operator must copy is printed once to
-        stderr under that name; None prints nothing (a key nobody needs to read).
+        stderr under that name (with ``log_format = "json"`` only a log line saying where it is, without
+        the secret); None prints nothing (a key nobody needs to read).
         """
         if configured is not None and configured.get_secret_value():
             return configured
@@ -165,7 +174,11 @@ class ServiceSettings(BaseSettings):
                 return SecretStr(stored)
         secret = generate() if generate is not None else secrets.token_urlsafe(32)
         write_secret(path, secret)
-        if announce_as is not None:
+        if announce_as is not None and self.log_format == "json":  # no secret in a JSON log
+            logging.getLogger(f"pobo.{self.service}").warning(
+                "generated %s: saved to %s (mode 0600); read it from that file", announce_as, path
+            )
+        elif announce_as is not None:
             print(
                 f"pobo {self.service}: generated {announce_as} (saved to {path}, mode 0600; shown only "
                 f"now):\n  {secret}",

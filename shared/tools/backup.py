@@ -5,8 +5,9 @@ A snapshot is a directory::
     manifest.json        service, time, alembic revision, database kind, and every file's sha256 and size
     database.sqlite      the SQLite database (sqlite3's online backup API), or
     database.sql         the PostgreSQL tables of the service (``pg_dump``, plain SQL, in one snapshot)
-    data/...             the data dir's files the database refers to (array files) and its secrets
-                         (the curator's admin-token; the modeler's token and secret.key)
+    data/...             the data dir's files the database refers to (array files), its secrets
+                         (the curator's admin-token; the modeler's token and secret.key) and the curator's
+                         access-log archives (archive/)
 
 Consistency: the database is copied first, in one snapshot (SQLite's backup API copies a consistent
 state while the service writes; PostgreSQL's snapshot is exported and shared by ``pg_dump --snapshot`` and
@@ -71,12 +72,15 @@ class ServiceSpec:
     referenced_sql: str
     #: Secret files kept in the data dir (copied when present).
     secret_files: tuple[str, ...]
+    #: Directories of the data dir copied whole (their files but hidden ones: locks, temporary files).
+    copied_dirs: tuple[str, ...] = ()
 
 
 def service_spec(service: str) -> ServiceSpec:
     if service == "curator":
         from curator_service.config import ADMIN_TOKEN_FILE
         from curator_service.db import MIGRATIONS as CURATOR
+        from curator_service.services.retention import ARCHIVE_DIR
 
         return ServiceSpec(
             "curator",
@@ -88,6 +92,7 @@ def service_spec(service: str) -> ServiceSpec:
             "UNION SELECT ids_path FROM curator_datasets WHERE erased_at IS NULL "
             "UNION SELECT z_path FROM curator_releases WHERE erased_at IS NULL",
             (ADMIN_TOKEN_FILE,),
+            (ARCHIVE_DIR,),  # the access log's archives (retention): entries no longer in the database
         )
     if service == "modeler":
         from modeler_service.config import SECRET_KEY_FILE, TOKEN_FILE
@@ -205,6 +210,20 @@ def _copy_private(src: Path, dst: Path) -> None:
 # -- backup
 
 
+def _copy_dir(data_dir: Path, name: str, out: Path) -> None:
+    """The regular files of ``data_dir/name`` (not hidden ones) to ``out/name``, if it exists."""
+    source = data_dir / name
+    if not source.is_dir():
+        return
+    for path in sorted(source.iterdir()):
+        if path.name.startswith(".") or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            _copy_private(path, out / name / path.name)
+        except FileNotFoundError:  # removed meanwhile: an incomplete archive of an interrupted run
+            continue
+
+
 def _snapshot_sqlite(db_file: Path, spec: ServiceSpec, out: Path) -> tuple[str | None, set[str]]:
     if not db_file.is_file():
         raise BackupError(f"no database at {db_file}: is this the service's data dir (settings)?")
@@ -310,6 +329,10 @@ def backup(service: str, settings: Any, target: Path) -> dict[str, Any]:
                     "is damaged"
                 )
             _copy_private(src, tmp / DATA / rel)
+        # Archives after the database: an entry deleted from the snapshot was archived before it was
+        # deleted, so its archive is there now (archives are written once and never removed).
+        for name in spec.copied_dirs:
+            _copy_dir(data_dir, name, tmp / DATA)
         secrets_copied = []
         for name in spec.secret_files:
             if (data_dir / name).is_file():

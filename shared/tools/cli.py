@@ -13,6 +13,7 @@ import typer
 
 from shared.files import write_json_atomic
 from shared.tools.bench.cli import bench_app
+from shared.tools.migrate import add_migrate_command
 from shared.tools.sdkcli import add_curator_commands, study_app
 
 app = typer.Typer(
@@ -129,6 +130,38 @@ def curator_restore(directory: RestoreDir) -> None:
     _restore("curator", directory)
 
 
+@curator_app.command("archive-access-log")
+def curator_archive_access_log(
+    older_than: Annotated[
+        float | None,
+        typer.Option(
+            "--older-than",
+            min=0,
+            metavar="DAYS",
+            help="Archive entries older than DAYS (default: POBO_CURATOR_ACCESS_LOG_RETENTION_DAYS).",
+        ),
+    ] = None,
+) -> None:
+    """Archive old access-log entries to <data dir>/archive (gzip JSON lines, sha256 sidecar), then delete
+    them from the database. Settings are read from the environment exactly as serve reads them; see
+    docs/operations.md#retention."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from curator_service.config import Settings
+    from curator_service.services.retention import ArchiveError, archive_with_settings
+
+    try:
+        result = archive_with_settings(Settings(), older_than)
+    except (ArchiveError, OSError, SQLAlchemyError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if result.skipped:
+        typer.echo("another process is archiving the access log now; nothing done")
+        return
+    names = ", ".join(p.name for p in result.files) or "no new archive"
+    typer.echo(f"archived {result.archived} access-log entries ({names}); deleted {result.deleted}")
+
+
 @modeler_app.command("backup")
 def modeler_backup(directory: BackupDir) -> None:
     """Snapshot the running modeler into DIR (database, release copies, token, secret.key, manifest).
@@ -143,6 +176,11 @@ def modeler_restore(directory: RestoreDir) -> None:
 
     Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
     _restore("modeler", directory)
+
+
+# `pobo curator migrate` / `pobo modeler migrate [--to REVISION]` (shared/tools/migrate.py)
+add_migrate_command(curator_app, "curator")
+add_migrate_command(modeler_app, "modeler")
 
 
 @audit_app.command("privacy")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -224,31 +225,96 @@ async def test_a_rotated_token_works_beside_the_old_one_until_the_old_one_is_rev
     assert again.status_code == 409
 
 
-async def test_output_privacy_can_only_be_tightened(world: World) -> None:
-    url = f"/v1/partners/{world.partner['id']}"
-    ctl = {"epsilon": 2.0, "B": 1.0, "R": 0.5, "max_epsilon_per_row": 10.0}
+async def _ledger(world: World) -> dict[str, Any]:
+    resp = await world.client.get(f"/v1/datasets/{world.dataset['id']}/ledger", headers=ADMIN)
+    assert resp.status_code == 200, resp.text
+    ledger: dict[str, Any] = resp.json()
+    return ledger
+
+
+async def test_output_privacy_tightens_freely_and_loosens_only_within_a_cap_and_the_budget(
+    world: World,
+) -> None:
+    """Issue 34 item 2: tightening is always allowed; loosening only while the grant keeps a per-person cap
+    (within it, a larger epsilon per answer or fresh repeats promise nobody more, so nothing is charged);
+    a larger cap is charged to the population's budget, refused with 409 when the budget has no room."""
+    pid = world.partner["id"]
+    url = f"/v1/partners/{pid}"
+    ctl = {"epsilon": 1.0, "B": 1.0, "R": 0.5, "max_epsilon_per_row": 10.0}
     to_private = await world.client.patch(url, headers=ADMIN, json={"output_privacy": ctl})
     assert to_private.status_code == 200, to_private.text
-    assert to_private.json()["output_privacy"]["epsilon"] == 2.0
-    looser = {
-        "epsilon": ({**ctl, "epsilon": 3.0}, "an answer would cost"),
-        "cap": ({**ctl, "max_epsilon_per_row": 20.0}, "max_epsilon_per_row would rise above 10"),
+    before = await _ledger(world)
+    unbounded = {
         "no cap": ({k: v for k, v in ctl.items() if k != "max_epsilon_per_row"}, "would rise above 10"),
-        "fresh": ({**ctl, "fresh_repeats": True}, "fresh_repeats would give fresh noise"),
         "raw": (None, "raw answers would replace its CTL answers"),
     }
-    for body, expected in looser.values():
+    for body, expected in unbounded.values():
         resp = await world.client.patch(url, headers=ADMIN, json={"output_privacy": body})
         assert resp.status_code == 422, body
-        assert (
-            resp.json()["detail"].startswith(
-                f"output_privacy of partner {world.partner['id']} can only be tightened: "
-            )
-            and expected in resp.json()["detail"]
-        )
+        detail = resp.json()["detail"]
+        assert detail.startswith(f"output_privacy of partner {pid} can only be tightened here: ")
+        assert expected in detail and "give it one first" in detail
     tighter = await world.client.patch(
-        url, headers=ADMIN, json={"output_privacy": {**ctl, "epsilon": 1.0, "max_epsilon_per_row": 5.0}}
+        url, headers=ADMIN, json={"output_privacy": {**ctl, "epsilon": 0.5, "max_epsilon_per_row": 2.0}}
     )
-    assert tighter.status_code == 200 and tighter.json()["output_privacy"]["epsilon"] == 1.0
+    assert tighter.status_code == 200 and tighter.json()["output_privacy"]["max_epsilon_per_row"] == 2.0
+    within = {**ctl, "epsilon": 1.5, "max_epsilon_per_row": 2.0, "fresh_repeats": True}
+    resp = await world.client.patch(url, headers=ADMIN, json={"output_privacy": within})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["output_privacy"]["epsilon"] == 1.5 and resp.json()["output_privacy"]["fresh_repeats"]
+    assert (await _ledger(world))["entries"] == before["entries"]  # within the cap: nothing charged
+
+    raised = await world.client.patch(
+        url, headers=ADMIN, json={"output_privacy": {**within, "max_epsilon_per_row": 3.5}}
+    )
+    assert raised.status_code == 200, raised.text
+    after = await _ledger(world)
+    (entry,) = [e for e in after["entries"] if e not in before["entries"]]
+    assert entry["mechanism"] == "output-allotment" and entry["delta"] == 0.0 and entry["status"] == "spent"
+    assert entry["epsilon"] == pytest.approx(1.5) and entry["release_id"] is None
+    assert entry["native"] == {"kind": "output-allotment", "partner_id": pid, "from": 2.0, "to": 3.5}
+    assert after["epsilon_spent"] == pytest.approx(before["epsilon_spent"] + 1.5)
+
+    left = after["epsilon_budget"] - after["epsilon_spent"]
+    too_much = await world.client.patch(
+        url, headers=ADMIN, json={"output_privacy": {**within, "max_epsilon_per_row": 3.5 + left + 0.1}}
+    )
+    assert too_much.status_code == 409
+    assert too_much.json()["detail"].startswith(
+        f"privacy budget exceeded: raising partner {pid}'s max_epsilon"
+    )
+    assert "nothing was changed" in too_much.json()["detail"]
+    assert (await _ledger(world))["entries"] == after["entries"]
     me = (await world.client.get("/v1/partners/me", headers=world.partner_headers)).json()
-    assert me["output_privacy"]["epsilon"] == 1.0
+    assert me["output_privacy"]["max_epsilon_per_row"] == 3.5
+
+
+async def test_an_uncapped_private_grant_is_given_a_cap_before_it_loosens(world: World) -> None:
+    """A private grant without a cap has no bound to raise within: it is given one first (a tightening),
+    and may then loosen within it. A partner with no release granted is charged nowhere."""
+    ctl = {"epsilon": 1.0, "B": 1.0, "R": 0.5}
+    created = await world.client.post(
+        "/v1/partners",
+        headers=ADMIN,
+        json={"name": "lab", "release_ids": [world.release["id"]], "max_queries": 5, "output_privacy": ctl},
+    )
+    url = f"/v1/partners/{created.json()['id']}"
+    looser = await world.client.patch(url, headers=ADMIN, json={"output_privacy": {**ctl, "epsilon": 2.0}})
+    assert looser.status_code == 422 and "an answer would cost" in looser.json()["detail"]
+    assert "give it one first" in looser.json()["detail"]
+    capped = {**ctl, "max_epsilon_per_row": 4.0}
+    assert (await world.client.patch(url, headers=ADMIN, json={"output_privacy": capped})).status_code == 200
+    resp = await world.client.patch(url, headers=ADMIN, json={"output_privacy": {**capped, "epsilon": 2.0}})
+    assert resp.status_code == 200 and resp.json()["output_privacy"]["epsilon"] == 2.0
+    before = await _ledger(world)
+    bare = await world.client.post(
+        "/v1/partners",
+        headers=ADMIN,
+        json={"name": "bare", "release_ids": [], "max_queries": 5, "output_privacy": capped},
+    )
+    resp = await world.client.patch(
+        f"/v1/partners/{bare.json()['id']}",
+        headers=ADMIN,
+        json={"output_privacy": {**capped, "max_epsilon_per_row": 8.0}},
+    )
+    assert resp.status_code == 200 and (await _ledger(world))["entries"] == before["entries"]

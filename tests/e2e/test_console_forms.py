@@ -115,7 +115,7 @@ def _run_federation(services: Services) -> tuple[str, list[dict[str, Any]]]:
         "S": 1.0,
         "rounds": 2,
         "epsilon_budget": 10.0,
-        "round_seconds": 3.0,  # submissions fit in a round on a loaded runner
+        "round_seconds": 8.0,  # submissions fit in a round on a loaded runner (3 s did not, under load)
         "lengthscale": 0.3,
     }
     with services.modeler_http() as http:
@@ -139,7 +139,7 @@ def _run_federation(services: Services) -> tuple[str, list[dict[str, Any]]]:
                     },
                 )
                 assert r.status_code == 202, r.text
-            closed = http.get(f"/v1/federations/{fid}/rounds/{t}", params={"wait": 20}).json()
+            closed = http.get(f"/v1/federations/{fid}/rounds/{t}", params={"wait": 30}).json()
             assert closed["status"] == "closed", closed
         fed = http.get(f"/v1/federations/{fid}").json()
         assert fed["status"] == "done" and fed["rounds_closed"] == 2, fed
@@ -350,7 +350,36 @@ def _tighten_and_revoke(page: Any, services: Services, partner_id: int) -> None:
             _reload_creates_nothing(page, services, before)
             with services.admin() as admin:
                 assert admin.get_partner(partner_id).output_privacy.epsilon == 0.5  # type: ignore[union-attr]
+    # a cap (a tightening), then a larger cap: charged to the population, so only with the box ticked
+    for cap, accept, expected in (
+        ("2", False, None),
+        ("3", False, "Charge the population"),
+        ("3", True, None),
+    ):
+        page.goto(f"{base}/console/partners/{partner_id}")
+        page.check("#partner-change-form input[name=output_privacy]")
+        for name, value in (
+            ("op_epsilon", "0.5"),
+            ("op_B", "1"),
+            ("op_R", "0.5"),
+            ("op_max_epsilon_per_row", cap),
+        ):
+            page.fill(f"#partner-change-form input[name={name}]", value)
+        if accept:
+            page.check("#op-accept-charge")
+        page.click("#partner-change-form button[type=submit]")
+        if expected is not None:
+            expect(page.locator("main")).to_contain_text(expected, timeout=TIMEOUT)
+            shot(page, "forms-partner-charge-unconfirmed")
+        else:
+            page.wait_for_url(re.compile(rf"/console/partners/{partner_id}\?notice=changed$"))
+        with services.admin() as admin:
+            policy = admin.get_partner(partner_id).output_privacy
+            assert policy is not None and policy.max_epsilon_per_row == (
+                2.0 if expected or cap == "2" else 3.0
+            )
 
+    page.goto(f"{base}/console/partners/{partner_id}")
     page.click("#partner-change-form a[href$='/revoke']")
     page.wait_for_url(re.compile(rf"/console/partners/{partner_id}/revoke$"))
     assert "This cannot be undone" in page.inner_text("main")
@@ -537,7 +566,8 @@ def test_console_forms_and_reloads(browser: Any, services: Services, tmp_path: P
             (f"/console/partners/{lab}/tokens/{revoked_token}/revoke", 303): 1,
             (f"/console/partners/{lab}", 303): 1,
             (f"/console/partners/{auditor}", 422): 1,
-            (f"/console/partners/{auditor}", 303): 1,
+            (f"/console/partners/{auditor}", 303): 3,  # tighter, a cap, a larger cap with the box ticked
+            (f"/console/partners/{auditor}", 409): 1,  # the larger cap without it
             (f"/console/partners/{auditor}/revoke", 303): 1,
             ("/console/queries/results", 422): 1,
             ("/console/queries/results", 303): 1,

@@ -36,6 +36,7 @@ def post_pending(admin: Any, release_id: int, limit: int | None = None) -> int:
     return posted
 
 
+@SQLITE_ONLY  # the subject is the strategy's replay mid-epoch; the rounds' SQL runs on PostgreSQL elsewhere
 def test_ldp_moma_study_survives_a_restart_mid_epoch(services: Services) -> None:
     charge = CTL(**OP).charged_epsilon
     csv = services.tmp / "lab.csv"
@@ -137,6 +138,7 @@ def test_ldp_moma_study_survives_a_restart_mid_epoch(services: Services) -> None
     assert reconciled(services, sid)
 
 
+@SQLITE_ONLY  # the subject is the study's parameters against the grant, not the database
 def test_an_ldp_tgp_study_takes_epsilon_b_and_r_from_the_grant(services: Services) -> None:
     """Issue 32: an ``ldp-tgp-ucb`` study created without epsilon, B and R runs against a grant with output
     privacy; the study records the grant's values."""

@@ -91,7 +91,8 @@ def test_a_manual_batch_round_is_recorded_once_every_sample_is_measured(services
             admin.post_result(q["curator_query_id"], [0.1, 0.2, 0.3][q["request"]])
         first = wait_status(http, study["id"], {"ready", "failed"})
         assert (first["status"], first["iterations_done"], first["rounds_done"]) == ("ready", 3, 1), first
-        assert http.post(f"/v1/studies/{study['id']}/run").status_code == 202
+        resumed = http.post(f"/v1/studies/{study['id']}/run")
+        assert resumed.status_code == 202, resumed.text
         deadline = time.monotonic() + 60
         while (s := http.get(f"/v1/studies/{study['id']}").json())["status"] not in ("done", "failed"):
             for q in admin.list_queries(release.id).queries:

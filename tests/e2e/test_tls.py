@@ -33,6 +33,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import ValidationError
 from sqlalchemy import create_engine, text
 
+from shared.distributed.testing import certificate_authority
 from shared.processes import ServiceProcess, curator_env, free_port, modeler_env
 from shared.protocol.client import CuratorClient, CuratorUnavailable
 from shared.servicekit.tls import client_ssl_context, is_loopback
@@ -96,35 +97,8 @@ def _leaf(
 def make_pki(out: Path) -> Pki:
     """A CA (EC P-256, valid one day) and two server certificates signed by it."""
     out.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("pobo throwaway test CA")
-    now = dt.datetime.now(dt.UTC)
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca_cert = certificate_authority("pobo throwaway test CA")
+    ca_name = ca_cert.subject
     ca_path = out / "ca.pem"
     ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     local = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]

@@ -131,3 +131,31 @@ def test_tables_errors_and_a_manual_measurement(services: Services) -> None:
         if not HAS_PANDAS:
             with pytest.raises(ImportError, match="pip install pandas"):
                 modeler.to_dataframe(study.id)
+
+
+@SQLITE_ONLY
+def test_a_federation_is_created_joined_and_started_from_the_sdk(services: Services) -> None:
+    """``Modeler.create_federation``, ``add_agent``, ``start_federation``, then ``federation(s)`` read it."""
+    with pobo.Modeler(services.modeler.url, services.modeler_token) as modeler:
+        fed = modeler.create_federation(
+            dimension=2,
+            bounds=[(0, 1), (-2, 2)],
+            rounds=2,
+            P=2,
+            M=8,
+            q=1.0,
+            z=5.0,
+            S=1.0,
+            epsilon_budget=10.0,
+            round_seconds=60,
+        )
+        assert (fed.status, fed.params["rounds"]) == ("registering", 2)
+        agents = [modeler.add_agent(fed.id, f"hospital-{k}") for k in range(2)]
+        assert len({a.token for a in agents}) == 2 and all(a.token for a in agents)
+        started = modeler.start_federation(fed.id)
+        assert started.status == "running" and started.round == 1
+        assert [f.id for f in modeler.federations().data] == [fed.id]
+        assert modeler.federation(fed.id).status == "running"
+        with pytest.raises(pobo.ModelerApiError) as late:
+            modeler.add_agent(fed.id, "latecomer")  # the agent list is frozen at the start
+        assert late.value.status_code == 409

@@ -213,8 +213,9 @@ def test_outputs_lie_on_a_lattice_that_does_not_depend_on_the_data() -> None:
 
 
 def test_blocks_do_not_change_the_result() -> None:
-    """The noise is drawn block by block from one stream, in row order: the same generator gives the same
-    release whatever the block size (streaming is an implementation detail, not a different mechanism)."""
+    """Each noise block draws from its own streams, keyed from the generator (``noise_blocks``: boundaries
+    from (n, d) only): the same generator gives the same release whatever the rows read at a time
+    (streaming is an implementation detail, not a different mechanism)."""
     X = data(n=1001, d=5)
     a = gaussian_release(X, epsilon=1.0, delta=1e-6, r=3, rng=np.random.default_rng(9), block_rows=10)
     b = gaussian_release(X, epsilon=1.0, delta=1e-6, r=3, rng=np.random.default_rng(9), block_rows=10**6)

@@ -20,7 +20,10 @@ router = APIRouter(tags=["access log"])
     summary="Authenticated (and rejected) /v1 requests and console actions, oldest first (admin)",
     description="Every /v1 request, and every action of the browser console (a POST: an upload, a "
     "release, a partner created, changed or revoked, a token created or revoked, a grant, a measurement, a "
-    "gradient oracle, a sign-in) with the operator's console session as its actor. Never a body.",
+    "gradient oracle, a sign-in) with the operator's console session as its actor. Never a body. With the "
+    "setting `access_log_retention_days`, entries older than that are moved to the archive files "
+    "(`<data dir>/archive/access-log-<first id>-<last id>.jsonl.gz`, see docs/operations.md, Retention): "
+    "this lists what remains in the database.",
     responses={401: {"description": "Missing or invalid token."}, 403: {"description": "Not the admin."}},
 )
 def access_log(

@@ -120,6 +120,7 @@ def create_step(
         body,
         idempotency_key,
         components.settings.gradient_losses,
+        backend=components.compute_backend,
     )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

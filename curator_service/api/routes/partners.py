@@ -114,21 +114,30 @@ def add_grants(partner_id: RowId, body: GrantCreate, _admin: AdminDep, session: 
 @router.patch(
     "/v1/partners/{partner_id}",
     response_model=PartnerPublic,
-    summary="Change a partner: its query quota, a tighter output privacy",
+    summary="Change a partner: its query quota, its output privacy",
     responses={
         **_ERRORS,
         404: {"description": "No such partner."},
-        409: {"description": "The partner is revoked."},
-        422: {"description": "Nothing to change, a quota below the queries used, a looser output privacy."},
+        409: {"description": "The partner is revoked, or a raised per-person cap does not fit a budget."},
+        422: {
+            "description": "Nothing to change, a quota below the queries used, or a looser output privacy "
+            "without a per-person cap before and after."
+        },
     },
 )
 def update_partner(
     partner_id: RowId, body: PartnerUpdate, _admin: AdminDep, session: SessionDep
 ) -> PartnerPublic:
     """Raise (or lower, to no less than what it used) a partner's ``max_queries``: a study that stopped on
-    a used-up quota continues with ``POST /v1/studies/{id}/run`` at the modeler. ``output_privacy`` may
-    only become tighter (from raw answers to CTL; no larger charge per answer, no fresh repeats where they
-    were cached, no larger per-row cap); answers already given keep their charges."""
+    a used-up quota continues with ``POST /v1/studies/{id}/run`` at the modeler.
+
+    ``output_privacy`` may always become tighter (from raw answers to CTL; no larger charge per answer, no
+    fresh repeats where they were cached, a per-row cap added or lowered). It may become looser only while
+    the grant has a per-person cap (``max_epsilon_per_row``) before and after: within the cap a larger
+    epsilon per answer or fresh repeats cost nothing (the cap is what each person is promised); a larger
+    cap is charged, as ``epsilon`` = the rise and ``delta`` = 0, to the budget of every population whose
+    release the partner holds (ledger entries of mechanism ``output-allotment``), or refused with 409 and
+    nothing changed when one has no room. Answers already given keep their charges."""
     changes: dict[str, Any] = {"max_queries": body.max_queries}
     if "output_privacy" in body.model_fields_set:
         changes["output_privacy"] = body.output_privacy

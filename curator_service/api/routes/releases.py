@@ -65,7 +65,12 @@ def create_release(
 ) -> ReleaseDetail:
     # A sync route: FastAPI runs it in a worker thread, so the projection never blocks the event loop.
     release = release_service.create_release(
-        components.db, components.store, dataset_id, body, max_bytes=components.settings.max_release_bytes
+        components.db,
+        components.store,
+        dataset_id,
+        body,
+        max_bytes=components.settings.max_release_bytes,
+        backend=components.compute_backend,
     )
     return release_detail(release)
 

@@ -53,7 +53,7 @@ from pydantic import Field
 from shared.bo.acquisition import UCB
 from shared.bo.gp import GaussianProcess
 from shared.bo.strategies.base import RowRequest, StrategyParams, register
-from shared.bo.strategies.gp_ucb import GPUCBParams, GPUCBStrategy, gp_ucb_beta
+from shared.bo.strategies.gp_ucb import GPUCB, GPUCBParams, GPUCBStrategy, gp_ucb_beta
 from shared.errors import InputDataError, StrategyError
 
 __all__ = ["GPBUCBParams", "GPBUCBStrategy", "HallucinatedVariance", "gp_bucb_beta"]
@@ -139,6 +139,11 @@ class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
         if not isinstance(params, GPBUCBParams):  # (gp-ucb's parameters lack the batch)
             raise InputDataError(f"gp-bucb needs GPBUCBParams, got {type(params).__name__}")
         super().__init__(Z, params, state)
+
+    def make_engine(self, params: GPBUCBParams) -> GPUCB:
+        """GP-UCB's engine, kept in this process: the hallucinated variances read the factor's columns
+        (``GaussianProcess.covariance_rows``), which the dask backend does not serve yet."""
+        return GPUCB(self.Z, **params.engine_options(), distributable=False)
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         """One round of Algorithm 1: ``min(batch_size, budget)`` distinct rows (fewer when rows run out)."""

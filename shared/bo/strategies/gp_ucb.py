@@ -23,8 +23,9 @@ import numpy.typing as npt
 from pydantic import Field
 from typing_extensions import TypeVar
 
-from shared.bo.acquisition import first_argmax, ucb_details, ucb_value
-from shared.bo.gp import GaussianProcess, Hyperparameters, median_distance
+from shared.bo.acquisition import ucb_details, ucb_value
+from shared.bo.backend import make_gp
+from shared.bo.gp import Hyperparameters, median_distance
 from shared.bo.mle import fit_hyperparameters
 from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams, register
 from shared.errors import InputDataError, StrategyError
@@ -87,7 +88,8 @@ class GPUCB:
     benchmark allows repeats. ``prior_mean`` is ``"empirical"`` (mean of the observed y) or ``"zero"``.
     ``spill`` / ``spill_directory``: where the GP's factor goes when it does not fit in memory
     (``shared.bo.factor``); ``factor_dtype="float32"`` halves the bytes each step reads (not exact: see
-    docs/performance.md for what it changes).
+    docs/performance.md for what it changes). ``distributable``: the GP may live on the process's Dask
+    cluster (``shared.bo.backend``; GP-BUCB's hallucinated variances read the factor locally).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class GPUCB:
         spill: Literal["auto", "always", "never"] = "auto",
         spill_directory: str | Path | None = None,
         factor_dtype: Literal["float64", "float32"] = "float64",
+        distributable: bool = True,
     ) -> None:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         gp_ucb_beta(max(1, Z.shape[0] if Z.ndim == 2 else 1), 1, delta_prime)  # validates delta_prime
@@ -118,9 +121,10 @@ class GPUCB:
             hp = hyperparameters
         else:
             raise InputDataError(f'hyperparameters must be "mle" or Hyperparameters, got {hyperparameters!r}')
-        self.gp = GaussianProcess(
+        self.gp = make_gp(
             Z,
             hp,
+            distributable=distributable,
             prior_mean=prior_mean,
             spill=spill,
             spill_directory=spill_directory,
@@ -173,20 +177,26 @@ class GPUCB:
         ``unavailable`` [n]."""
         t = self.gp.t + 1
         beta = self.beta(t)
-        # computed by the last observe's pass over n when no refit came after it (``observe``)
-        ucb = self._exclude(self.gp.ucb_values(math.sqrt(beta)), unavailable)
-        i = first_argmax(ucb)  # first maximum: deterministic tie-breaking by smallest index
-        if not np.isfinite(ucb[i]):
-            excluded = "" if unavailable is None else " or is excluded under the study's grant"
-            raise StrategyError(f"every one of the {self.n} candidates has been queried already{excluded}")
+        excluded = self.gp.indices if self.exclude_queried else np.empty(0, dtype=np.int64)
+        if unavailable is not None:
+            excluded = np.concatenate([excluded, np.flatnonzero(unavailable)])
+        # computed by the last observe's pass over n when no refit came after it (``observe``); the first
+        # maximum: deterministic tie-breaking by smallest index
+        i, value = self.gp.ucb_argmax(math.sqrt(beta), excluded)
+        if not np.isfinite(value):
+            why = "" if unavailable is None else " or is excluded under the study's grant"
+            raise StrategyError(f"every one of the {self.n} candidates has been queried already{why}")
         mean, std = self.gp.posterior_at(i)
-        return Suggestion(index=i, acquisition=float(ucb[i]), beta=beta, mean=mean, std=std, t=t)
+        return Suggestion(index=i, acquisition=value, beta=beta, mean=mean, std=std, t=t)
 
     def _fit(
         self, idx: npt.NDArray[np.int64], y: npt.NDArray[np.float64], hp: Hyperparameters
     ) -> Hyperparameters:
         centred = y - (y.mean() if self.gp.prior_mean == "empirical" else 0.0)
-        return fit_hyperparameters(self.gp.Z, idx, centred, initial=hp, distance_scale=self.distance_scale)
+        rows = self.gp.rows(idx)  # Z[idx]: all the fit reads of Z (a distributed GP keeps them at hand)
+        return fit_hyperparameters(
+            rows, np.arange(idx.size), centred, initial=hp, distance_scale=self.distance_scale
+        )
 
     def observe(self, index: int, y: float) -> None:
         """Condition on (index, y); unless a refit follows, the GP's update pass also computes the next

@@ -117,9 +117,11 @@ class PartnerUpdate(Request):
 
     output_privacy: OutputPrivacy | None = Field(
         default=None,
-        description="The partner's new output privacy, only ever tighter: from raw answers to CTL, or a "
-        "charge per answer no larger, fresh repeats not newly allowed, a per-row cap no larger. Answers "
-        "already given keep their charges; loosening is refused (create a partner with the looser grant).",
+        description="The partner's new output privacy. Tighter is always allowed (raw answers to CTL, a "
+        "charge per answer no larger, fresh repeats not newly allowed, a per-row cap added or lowered). "
+        "Looser only with a per-row cap (max_epsilon_per_row) before and after: within it, free; a larger "
+        "cap is charged (the rise, delta 0) to the budget of each population whose releases the partner "
+        "holds, 409 when one has no room. Answers already given keep their charges.",
     )
 
     @model_validator(mode="after")

@@ -328,3 +328,30 @@ def bench_load(
         raise typer.Exit(2) from None
     if not report["ok"]:
         raise typer.Exit(1)
+
+
+@bench_app.command("scale")
+def bench_scale(
+    json_path: JsonOption = None,
+    n: Annotated[
+        list[int] | None, typer.Option(help="Candidates (repeat the option). Default: 10^6 and 4 x 10^6.")
+    ] = None,
+    steps: Annotated[int, typer.Option(min=2, help="GP-UCB steps timed per loop.")] = 20,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes of the LocalCluster.")] = 2,
+    address: Annotated[
+        str | None, typer.Option(help="A scheduler (tcp://...) instead of a LocalCluster.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Benchmark seed.")] = 0,
+) -> None:
+    """The GP-UCB loop on a Dask LocalCluster against the local loop in the same run (overhead per step,
+    memory per worker, same choices bit for bit), and the model's prediction for n = 10^8."""
+    from shared.tools.bench.scale import main as run
+
+    run(
+        json_path=json_path,
+        sizes=n or [1_000_000, 4_000_000],
+        steps=steps,
+        workers=workers,
+        address=address,
+        seed=seed,
+    )
