@@ -14,6 +14,7 @@ import typer
 from shared.files import write_json_atomic
 from shared.tools.bench.cli import bench_app
 from shared.tools.migrate import add_migrate_command
+from shared.tools.opscli import add_operations_commands
 from shared.tools.sdkcli import add_curator_commands, study_app
 
 app = typer.Typer(
@@ -69,114 +70,9 @@ def modeler_serve(
     serve(host=host, port=port, workers=workers)
 
 
-def _backup(service: str, directory: Path) -> None:
-    import sqlite3
-
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from shared.tools.backup import BackupError, backup, load_settings
-
-    try:
-        manifest = backup(service, load_settings(service), directory)
-    except (BackupError, OSError, sqlite3.Error, SQLAlchemyError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    size = sum(f["size"] for f in manifest["files"].values())
-    typer.echo(
-        f"backed up the {service} to {directory}: {len(manifest['files'])} files, {size} bytes, "
-        f"{manifest['database']['kind']} at alembic revision {manifest['alembic_revision']}"
-    )
-
-
-def _restore(service: str, directory: Path) -> None:
-    import sqlite3
-
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from shared.tools.backup import BackupError, load_settings, restore
-
-    try:
-        manifest = restore(service, load_settings(service), directory)
-    except (BackupError, OSError, sqlite3.Error, SQLAlchemyError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(
-        f"restored the {service} from {directory} (taken {manifest['created_at']}); "
-        f"start it with pobo {service} serve"
-    )
-
-
-BackupDir = Annotated[
-    Path, typer.Argument(metavar="DIR", help="The snapshot's directory (new, or empty).", file_okay=False)
-]
-RestoreDir = Annotated[
-    Path, typer.Argument(metavar="DIR", help="A snapshot written by backup.", exists=True, file_okay=False)
-]
-
-
-@curator_app.command("backup")
-def curator_backup(directory: BackupDir) -> None:
-    """Snapshot the running curator into DIR (database, array files, admin-token, manifest).
-
-    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
-    _backup("curator", directory)
-
-
-@curator_app.command("restore")
-def curator_restore(directory: RestoreDir) -> None:
-    """Restore a curator snapshot into an empty data dir and database (checksums checked first).
-
-    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
-    _restore("curator", directory)
-
-
-@curator_app.command("archive-access-log")
-def curator_archive_access_log(
-    older_than: Annotated[
-        float | None,
-        typer.Option(
-            "--older-than",
-            min=0,
-            metavar="DAYS",
-            help="Archive entries older than DAYS (default: POBO_CURATOR_ACCESS_LOG_RETENTION_DAYS).",
-        ),
-    ] = None,
-) -> None:
-    """Archive old access-log entries to <data dir>/archive (gzip JSON lines, sha256 sidecar), then delete
-    them from the database. Settings are read from the environment exactly as serve reads them; see
-    docs/operations.md#retention."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from curator_service.config import Settings
-    from curator_service.services.retention import ArchiveError, archive_with_settings
-
-    try:
-        result = archive_with_settings(Settings(), older_than)
-    except (ArchiveError, OSError, SQLAlchemyError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    if result.skipped:
-        typer.echo("another process is archiving the access log now; nothing done")
-        return
-    names = ", ".join(p.name for p in result.files) or "no new archive"
-    typer.echo(f"archived {result.archived} access-log entries ({names}); deleted {result.deleted}")
-
-
-@modeler_app.command("backup")
-def modeler_backup(directory: BackupDir) -> None:
-    """Snapshot the running modeler into DIR (database, release copies, token, secret.key, manifest).
-
-    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
-    _backup("modeler", directory)
-
-
-@modeler_app.command("restore")
-def modeler_restore(directory: RestoreDir) -> None:
-    """Restore a modeler snapshot into an empty data dir and database (checksums checked first).
-
-    Settings are read from the environment exactly as serve reads them; see docs/deployment.md."""
-    _restore("modeler", directory)
-
+# backup, restore and archive-access-log (shared/tools/opscli.py)
+add_operations_commands(curator_app, "curator")
+add_operations_commands(modeler_app, "modeler")
 
 # `pobo curator migrate` / `pobo modeler migrate [--to REVISION]` (shared/tools/migrate.py)
 add_migrate_command(curator_app, "curator")

@@ -287,13 +287,13 @@ async def test_the_serving_process_archives_at_start_up(settings: Settings, data
         db.dispose()
 
 
+# the archives are copied the same way whatever the database: tested on SQLite only
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_backup_holds_the_archives(
     db: Database, settings: Settings, data_dir: Path, tmp_path: Path
 ) -> None:
     from shared.tools.backup import backup, restore
 
-    if not settings.resolved_database_url().startswith("sqlite"):
-        pytest.skip("the archives are copied the same way whatever the database: tested on SQLite")
     add_entries(db, [40, 1])
     run(db, data_dir)
     names = archive_files(data_dir)
