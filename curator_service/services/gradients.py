@@ -30,204 +30,43 @@ same answer, bit for bit, as the local oracle; the noise is added here.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from curator_service import gradient_repository as grepo
 from curator_service import repository as repo
 from curator_service.db import Database
 from curator_service.exceptions import Conflict, Gone, InvalidInput, NotFound
-from curator_service.models import Dataset, GradientOracle, GradientStep, LedgerEntry, Population
+from curator_service.models import Dataset, GradientOracle, GradientStep, LedgerEntry
 from curator_service.services.auth import Principal
 from curator_service.services.datasets import get_dataset, live_dataset
-from curator_service.services.releases import LOCAL, ComputeBackend, check_total_delta, fits, large_delta
+from curator_service.services.gradient_losses import check_loss, loss_factory_of, loss_matrix_of
+from curator_service.services.releases import (
+    LOCAL,
+    ComputeBackend,
+    budget_label,
+    check_total_delta,
+    fits,
+)
 from curator_service.storage import ArrayStore
 from shared.bo.gibo.kernels import GradKernel
-from shared.bo.gibo.losses import check_row_independent
 from shared.bo.gibo.oracle import (
-    BUILTIN_LOSSES,
-    NEEDS_OUTCOME,
-    LossMatrix,
-    builtin_loss_matrix,
     check_step,
     kernel_from_spec,
-    loss_dimension,
     oracle_gradient,
-    plugin_loss_matrix,
 )
 from shared.bo.gibo.private_gradient import noise_std, oracle_epsilon, oracle_margins
-from shared.errors import InputDataError
-from shared.privacy.rng import os_entropy_rng
 from shared.protocol.schemas import GradientOracleCreate, GradientOraclePublic, GradientStepCreate
 from shared.protocol.schemas.gradients import MAX_DESIGN_POINTS
 
 logger = logging.getLogger(__name__)
 
-PluginFn = Callable[[npt.NDArray[np.float64], npt.NDArray[np.float64]], npt.ArrayLike]
-#: Rows the plug-in check perturbs and compares (a subset of the dataset, chosen from OS entropy).
-PLUGIN_CHECK_ROWS = 64
-
-
-# ------------------------------------------------------------------------------------------- the losses
-
-
-def resolve_plugin(name: str, plugins: Mapping[str, str]) -> PluginFn:
-    target = plugins[name]
-    module_name, _, attr = target.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidInput(
-            f"plug-in loss {name!r} points at {target!r}, which cannot be imported ({type(exc).__name__}); "
-            "fix POBO_CURATOR_GRADIENT_LOSSES"
-        ) from None
-    if not callable(fn):
-        raise InvalidInput(f"plug-in loss {name!r}: {target!r} is not a function")
-    return fn  # type: ignore[no-any-return]
-
-
-def _arrays(store: ArrayStore, dataset: Dataset) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
-    X = store.load(dataset.features_path, dataset.features_sha256)
-    y = None
-    if dataset.outcomes_path is not None and dataset.outcomes_sha256 is not None:
-        y = store.load(dataset.outcomes_path, dataset.outcomes_sha256)
-    return X, y
-
-
-def _plugin_rows(X: np.ndarray[Any, Any], y: np.ndarray[Any, Any] | None) -> npt.NDArray[np.float64]:
-    rows = np.asarray(X, dtype=np.float64)
-    return rows if y is None else np.hstack([rows, np.asarray(y, dtype=np.float64)[:, None]])
-
-
-def loss_matrix_of(
-    oracle: GradientOracle, store: ArrayStore, dataset: Dataset, plugins: Mapping[str, str]
-) -> tuple[LossMatrix, int]:
-    """The oracle's ``loss_matrix(points, rows)`` over the dataset, and the width of one row."""
-    X, y = _arrays(store, dataset)
-    params = oracle.loss_params
-    if oracle.loss in BUILTIN_LOSSES:
-        matrix = builtin_loss_matrix(
-            oracle.loss,
-            X,
-            y if oracle.loss in NEEDS_OUTCOME else None,
-            intercept=bool(params.get("intercept")),
-            delta_huber=float(params.get("delta_huber") or 1.0),
-            weight_clip=float(params.get("weight_clip") or 2.0),
-        )
-        return matrix, oracle.dimension
-    if oracle.loss not in plugins:
-        raise Conflict(
-            f"gradient oracle {oracle.id} uses the plug-in loss {oracle.loss!r}, which is no longer in "
-            "POBO_CURATOR_GRADIENT_LOSSES; the operator must restore it"
-        )
-    rows = _plugin_rows(X, y)
-    return plugin_loss_matrix(resolve_plugin(oracle.loss, plugins), rows), rows.shape[1]
-
-
-def loss_factory_of(
-    oracle: GradientOracle, store: ArrayStore, dataset: Dataset, plugins: Mapping[str, str]
-) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any] | None, int]:
-    """``loss_matrix_of`` for the Dask oracle: (the loss as a factory over a block of rows, the features, the
-    outcomes the loss reads or None, the width of one row): the same loss on the same rows."""
-    from shared.distributed.gradients import builtin_loss_factory, plugin_loss_factory
-
-    X, y = _arrays(store, dataset)
-    params = oracle.loss_params
-    if oracle.loss in BUILTIN_LOSSES:
-        factory = builtin_loss_factory(
-            oracle.loss,
-            intercept=bool(params.get("intercept")),
-            delta_huber=float(params.get("delta_huber") or 1.0),
-            weight_clip=float(params.get("weight_clip") or 2.0),
-        )
-        return factory, X, y if oracle.loss in NEEDS_OUTCOME else None, oracle.dimension
-    if oracle.loss not in plugins:
-        raise Conflict(
-            f"gradient oracle {oracle.id} uses the plug-in loss {oracle.loss!r}, which is no longer in "
-            "POBO_CURATOR_GRADIENT_LOSSES; the operator must restore it"
-        )
-    width = int(X.shape[1]) + (0 if y is None else 1)  # as _plugin_rows: the outcome column last
-    return plugin_loss_factory(resolve_plugin(oracle.loss, plugins)), X, y, width
-
-
-def _check_loss(
-    store: ArrayStore, dataset: Dataset, body: GradientOracleCreate, plugins: Mapping[str, str]
-) -> None:
-    """Refuse (422) what would break the guarantee or make no sense, before anything is written."""
-    if dataset.scaling.get("kind") == "max_norm":
-        raise InvalidInput(
-            f"dataset {dataset.id} was scaled with max_norm, whose factor is computed from every row: one "
-            "person's row then moves every other row, and the per-row sensitivity a gradient oracle's "
-            "guarantee rests on does not hold. Upload the data with scaling none or declared per-feature "
-            "scales."
-        )
-    if large_delta(body.delta, dataset.n):
-        raise InvalidInput(
-            f"delta = {body.delta:g} is not below 1/n = {1.0 / dataset.n:.3g} (dataset {dataset.id} has "
-            f"n = {dataset.n} rows): such a delta protects nobody in particular. Choose delta < 1/n."
-        )
-    if body.loss in BUILTIN_LOSSES:
-        try:
-            expected = loss_dimension(body.loss, dataset.d, intercept=body.intercept)
-        except InputDataError as exc:
-            raise InvalidInput(str(exc)) from None
-        if body.dimension != expected:
-            extra = " + 1 (intercept)" if body.intercept else ""
-            raise InvalidInput(
-                f"{body.loss} over dataset {dataset.id}'s {dataset.d} feature columns has dimension "
-                f"{dataset.d}{extra} = {expected}, not {body.dimension}"
-            )
-        if body.loss in NEEDS_OUTCOME:
-            X, y = _arrays(store, dataset)
-            if dataset.objective_mode != "column" or y is None:
-                raise InvalidInput(
-                    f"{body.loss} reads the outcome column, and dataset {dataset.id} has none (its outcomes "
-                    "are measured by hand): use gaussian-location or a dataset with an objective column"
-                )
-            if body.loss == "logistic-regression" and not np.isin(np.asarray(y), (0.0, 1.0)).all():
-                raise InvalidInput(
-                    f"logistic-regression needs 0/1 labels in the objective column "
-                    f"{dataset.objective!r} of dataset {dataset.id}; it holds other values"
-                )
-        return
-    if body.loss not in plugins:
-        known = ", ".join([*BUILTIN_LOSSES, *sorted(plugins)])
-        raise InvalidInput(f"unknown loss {body.loss!r}; this curator offers: {known}")
-    if body.intercept:
-        raise InvalidInput("intercept applies to the built-in regression losses only")
-    fn = resolve_plugin(body.loss, plugins)
-    X, y = _arrays(store, dataset)
-    rng = os_entropy_rng()
-    take = np.sort(rng.choice(dataset.n, size=min(dataset.n, PLUGIN_CHECK_ROWS), replace=False))
-    rows = _plugin_rows(np.asarray(X[take]), None if y is None else np.asarray(y[take]))
-    bounds = np.asarray(body.bounds, dtype=np.float64)
-    theta = bounds[:, 0] + (bounds[:, 1] - bounds[:, 0]) * rng.random((3, body.dimension))
-
-    def transposed(theta_batch: Any, table: Any, *, f: PluginFn = fn) -> Any:
-        return np.asarray(f(theta_batch, table)).T
-
-    try:
-        check_row_independent(partial(transposed), rows, rng=rng, theta_batch=theta)
-    except InputDataError as exc:
-        raise InvalidInput(f"plug-in loss {body.loss!r} was refused: {exc}") from None
-
-
 # --------------------------------------------------------------------------------------------- creation
-
-
-def _label(session: Session, population: Population) -> str:
-    ids = repo.dataset_ids_by_population(session).get(population.id, [])
-    named = f" {population.name!r}" if population.name else ""
-    return f"population {population.id}{named} (datasets {', '.join(map(str, ids))})"
 
 
 def planned_charge(
@@ -243,7 +82,7 @@ def planned_charge(
     with db.session(write=False) as session:
         dataset = live_dataset(session, dataset_id)
         session.expunge(dataset)
-    _check_loss(store, dataset, body, plugins)
+    check_loss(store, dataset, body, plugins)
     rows = max(1, int(dataset.rows_per_person or 1))
     charged = oracle_epsilon(body.mu, body.delta, body.steps, body.dimension, rows=rows)
     return charged, noise_std(body.clip, body.steps, dataset.n, body.mu, body.dimension), dataset
@@ -260,7 +99,7 @@ def create_oracle(
     with db.session(write=False) as session:
         dataset = live_dataset(session, dataset_id)
         session.expunge(dataset)
-    _check_loss(store, dataset, body, plugins)
+    check_loss(store, dataset, body, plugins)
     # a person with k rows replaces k rows: the clipped average moves k times as far, so the T steps are
     # (k mu)-GDP for the person (group privacy; Dong, Roth & Su 2022, Theorem 2.7); both with the sampler's
     # margins (``oracle_epsilon``)
@@ -282,7 +121,7 @@ def create_oracle(
             if not fits(spent, asked, budget):
                 raise Conflict(
                     f"privacy budget exceeded: this oracle (mu = {body.mu:g} over {body.steps} steps) needs "
-                    f"{name}={asked:g} but {_label(session, population)} has {name} "
+                    f"{name}={asked:g} but {budget_label(session, population)} has {name} "
                     f"{max(0.0, budget - spent):g} left (budget {budget:g}, spent {spent:g}); nothing was "
                     "created"
                 )
