@@ -1,4 +1,5 @@
-"""``pobo curator|modeler backup DIR`` and ``restore DIR``: an online, consistent snapshot of one service.
+"""``pobo curator|modeler backup DIR``: an online, consistent snapshot of one service (``restore DIR`` is in
+``shared.tools.restore``).
 
 A snapshot is a directory::
 
@@ -18,11 +19,6 @@ when the study is created. Erasing a dataset (``erased_at``) deletes its files b
 snapshot skips them. A file the snapshot refers to but which is gone by the time it is copied (its
 dataset, release or study was deleted meanwhile) fails the backup: run it again. The snapshot is written
 in a temporary directory beside DIR and renamed to DIR at the end, so DIR is complete or absent.
-
-Restore refuses a data dir that is not empty and a database that already holds the service's tables,
-verifies every checksum of the manifest before writing anything, then writes the data dir (through a
-temporary sibling renamed into place) and the database (SQLite: a temporary file renamed; PostgreSQL:
-``psql --single-transaction``). The service then starts on it as usual (``serve`` migrates it to head).
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ from sqlalchemy.engine import make_url
 
 from shared.files import fsync_dir
 
-__all__ = ["BackupError", "backup", "restore"]
+__all__ = ["BackupError", "ServiceSpec", "backup", "load_settings", "service_spec", "sha256_file"]
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -130,7 +126,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _sqlite_path(url: str) -> Path | None:
+def sqlite_path(url: str) -> Path | None:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return None
@@ -139,7 +135,7 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _libpq(url: str) -> tuple[str, dict[str, str]]:
+def libpq(url: str) -> tuple[str, dict[str, str]]:
     """The libpq connection URI of a SQLAlchemy PostgreSQL URL (password passed as PGPASSWORD)."""
     parsed = make_url(url)
     env = dict(os.environ)
@@ -149,25 +145,25 @@ def _libpq(url: str) -> tuple[str, dict[str, str]]:
     return plain.render_as_string(hide_password=False), env
 
 
-def _tool(name: str) -> str:
+def pg_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         raise BackupError(f"{name} is not on PATH: install the PostgreSQL client tools (same major version)")
     return path
 
 
-def _is_empty_dir(path: Path) -> bool:
+def is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
 @contextmanager
-def _staging(final: Path) -> Iterator[Path]:
+def staging(final: Path) -> Iterator[Path]:
     """A temporary directory beside ``final``, renamed to ``final`` on success, removed on failure.
 
     ``final`` may exist if it is empty (a mount point, such as a compose volume, cannot be replaced): the
     temporary directory is then made inside it and its entries moved up, ``manifest.json`` last; on
     failure ``final`` is emptied again."""
-    if final.exists() and not _is_empty_dir(final):
+    if final.exists() and not is_empty_dir(final):
         raise BackupError(f"{final} exists and is not empty: choose a new directory")
     inside = final.exists()
     if inside:
@@ -198,7 +194,7 @@ def _staging(final: Path) -> Iterator[Path]:
         raise
 
 
-def _copy_private(src: Path, dst: Path) -> None:
+def copy_private(src: Path, dst: Path) -> None:
     dst.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
@@ -219,7 +215,7 @@ def _copy_dir(data_dir: Path, name: str, out: Path) -> None:
         if path.name.startswith(".") or not path.is_file() or path.is_symlink():
             continue
         try:
-            _copy_private(path, out / name / path.name)
+            copy_private(path, out / name / path.name)
         except FileNotFoundError:  # removed meanwhile: an incomplete archive of an interrupted run
             continue
 
@@ -255,7 +251,7 @@ def _read_state(conn: Any, spec: ServiceSpec) -> tuple[str | None, set[str]]:
 
 
 def _snapshot_postgresql(url: str, spec: ServiceSpec, out: Path) -> tuple[str | None, set[str], str]:
-    pg_dump = _tool("pg_dump")
+    pg_dump = pg_tool("pg_dump")
     engine = create_engine(url)
     try:
         with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
@@ -267,7 +263,7 @@ def _snapshot_postgresql(url: str, spec: ServiceSpec, out: Path) -> tuple[str | 
             snapshot = str(conn.execute(text("SELECT pg_export_snapshot()")).scalar_one())
             dbapi = conn.connection.dbapi_connection
             revision, referenced = _read_state(dbapi, spec)
-            dbname, env = _libpq(url)
+            dbname, env = libpq(url)
             quoted = '"' + schema.replace('"', '""') + '"'
             fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as fh:
@@ -305,11 +301,11 @@ def backup(service: str, settings: Any, target: Path) -> dict[str, Any]:
     spec = service_spec(service)
     data_dir = Path(settings.data_dir).resolve()
     url = settings.resolved_database_url()
-    db_file = _sqlite_path(url)
+    db_file = sqlite_path(url)
     target = target.resolve()
     if target == data_dir or data_dir in target.parents:
         raise BackupError("write the backup outside the service's data dir")
-    with _staging(target) as tmp:
+    with staging(target) as tmp:
         database: dict[str, Any]
         if db_file is not None:
             revision, referenced = _snapshot_sqlite(db_file, spec, tmp / SQLITE_FILE)
@@ -328,7 +324,7 @@ def backup(service: str, settings: Any, target: Path) -> dict[str, Any]:
                     "after the snapshot, or lost): run the backup again; if it fails again, the data dir "
                     "is damaged"
                 )
-            _copy_private(src, tmp / DATA / rel)
+            copy_private(src, tmp / DATA / rel)
         # Archives after the database: an entry deleted from the snapshot was archived before it was
         # deleted, so its archive is there now (archives are written once and never removed).
         for name in spec.copied_dirs:
@@ -336,7 +332,7 @@ def backup(service: str, settings: Any, target: Path) -> dict[str, Any]:
         secrets_copied = []
         for name in spec.secret_files:
             if (data_dir / name).is_file():
-                _copy_private(data_dir / name, tmp / DATA / name)
+                copy_private(data_dir / name, tmp / DATA / name)
                 secrets_copied.append(name)
         files = {}
         for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -357,153 +353,4 @@ def backup(service: str, settings: Any, target: Path) -> dict[str, Any]:
             fh.flush()
             os.fsync(fh.fileno())
         fsync_dir(tmp)
-    return manifest
-
-
-# -- restore
-
-
-def verify(source: Path, service: str) -> dict[str, Any]:
-    """The snapshot's manifest, after checking it is ``service``'s and every file's size and sha256."""
-    try:
-        manifest: dict[str, Any] = json.loads((source / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BackupError(f"{source} has no {MANIFEST}: not a pobo backup (or an incomplete copy)") from None
-    except ValueError as exc:
-        raise BackupError(f"{source / MANIFEST} is not valid JSON ({exc})") from None
-    if manifest.get("format") != FORMAT:
-        raise BackupError(f"{source}: backup format {manifest.get('format')!r}, this pobo reads {FORMAT}")
-    if manifest.get("service") != service:
-        raise BackupError(
-            f"{source} is a backup of the {manifest.get('service')}, not of the {service}: "
-            f"use pobo {manifest.get('service')} restore"
-        )
-    files: dict[str, dict[str, Any]] = manifest.get("files", {})
-    bad = []
-    for rel, meta in files.items():
-        path = source / rel
-        if not path.is_file():
-            bad.append(f"{rel}: missing")
-        elif path.stat().st_size != meta["size"]:
-            bad.append(f"{rel}: size {path.stat().st_size}, manifest {meta['size']}")
-        elif sha256_file(path) != meta["sha256"]:
-            bad.append(f"{rel}: sha256 differs from the manifest")
-    if manifest["database"]["file"] not in files:
-        bad.append(f"{manifest['database']['file']}: not in the manifest")
-    if bad:
-        raise BackupError(
-            "the backup is damaged, nothing was restored: " + "; ".join(bad[:5]) + " (use another backup)"
-        )
-    _check_revision(service, manifest.get("alembic_revision"))
-    return manifest
-
-
-def _check_revision(service: str, revision: str | None) -> None:
-    from alembic.script import ScriptDirectory
-
-    from curator_service.db import MIGRATIONS as CURATOR
-    from modeler_service.db import MIGRATIONS as MODELER
-
-    migrations = CURATOR if service == "curator" else MODELER
-    if revision is None:
-        return
-    try:
-        ScriptDirectory.from_config(migrations.config()).get_revision(revision)
-    except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown revision
-        raise BackupError(
-            f"the backup's database is at alembic revision {revision}, which this pobo does not know "
-            "(a backup of a newer pobo): restore with that version"
-        ) from None
-
-
-def _pg_has_tables(url: str, spec: ServiceSpec) -> tuple[str, list[str]]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            schema = str(conn.execute(text("SELECT current_schema()")).scalar_one())
-            names = conn.execute(
-                text(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = :s "
-                    "AND (starts_with(tablename, :p) OR tablename = :v)"
-                ),
-                {"s": schema, "p": spec.table_prefix, "v": spec.version_table},
-            ).scalars()
-            return schema, sorted(names)
-    finally:
-        engine.dispose()
-
-
-def restore(service: str, settings: Any, source: Path) -> dict[str, Any]:
-    """Restore the snapshot at ``source`` into the (empty) data dir and database of ``settings``."""
-    spec = service_spec(service)
-    source = source.resolve()
-    manifest = verify(source, service)
-    data_dir = Path(settings.data_dir).resolve()
-    url = settings.resolved_database_url()
-    db_file = _sqlite_path(url)
-    kind = manifest["database"]["kind"]
-    env_name = f"POBO_{service.upper()}"
-    if data_dir.exists() and not _is_empty_dir(data_dir):
-        raise BackupError(
-            f"the data dir {data_dir} is not empty: restore only into a new or empty data dir "
-            f"(set {env_name}_DATA_DIR to one, or move this one aside first)"
-        )
-    if (db_file is None) != (kind == "postgresql"):
-        raise BackupError(
-            f"the backup holds a {kind} database but {env_name}_DATABASE_URL points to "
-            f"{'SQLite' if db_file is not None else 'PostgreSQL'}: set it to a {kind} database"
-        )
-    schema = None
-    if db_file is not None:
-        if db_file.exists():
-            raise BackupError(f"{db_file} exists: restore only into an empty database (move it aside first)")
-    else:
-        schema, tables = _pg_has_tables(url, spec)
-        if tables:
-            raise BackupError(
-                f"the database already holds {service} tables in schema {schema} ({', '.join(tables[:3])}"
-                f"{', ...' if len(tables) > 3 else ''}): restore only into an empty database"
-            )
-        if schema != manifest["database"].get("schema"):
-            raise BackupError(
-                f"the backup's tables are in schema {manifest['database'].get('schema')!r} but "
-                f"{env_name}_DATABASE_URL uses schema {schema!r}: create that schema and put it first in the "
-                "URL's search_path (options=-csearch_path%3D<schema>)"
-            )
-    # The data dir: a temporary sibling renamed into place.
-    with _staging(data_dir) as tmp:
-        for rel in manifest["files"]:
-            if rel.startswith(f"{DATA}/"):
-                _copy_private(source / rel, tmp / rel.removeprefix(f"{DATA}/"))
-        if db_file is not None and db_file.resolve().parent == data_dir:
-            _copy_private(source / SQLITE_FILE, tmp / db_file.name)
-    if db_file is not None and db_file.resolve().parent != data_dir:
-        staged = db_file.with_name(f".{db_file.name}.tmp-{uuid.uuid4().hex[:12]}")
-        _copy_private(source / SQLITE_FILE, staged)
-        os.replace(staged, db_file)
-    elif db_file is None:
-        psql = _tool("psql")
-        dbname, env = _libpq(url)
-        done = subprocess.run(  # noqa: S603 - fixed arguments, no shell
-            [
-                psql,
-                "--no-psqlrc",
-                "--quiet",
-                "--set",
-                "ON_ERROR_STOP=1",
-                "--single-transaction",
-                "--dbname",
-                dbname,
-                "--file",
-                str(source / SQL_FILE),
-            ],
-            capture_output=True,
-            env=env,
-            check=False,
-        )
-        if done.returncode != 0:
-            shutil.rmtree(data_dir, ignore_errors=True)  # ours: it was empty before
-            raise BackupError(
-                f"psql failed (nothing restored): {done.stderr.decode(errors='replace').strip()[-2000:]}"
-            )
     return manifest

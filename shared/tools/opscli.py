@@ -49,7 +49,8 @@ def _restore(service: str, directory: Path) -> None:
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    from shared.tools.backup import BackupError, load_settings, restore
+    from shared.tools.backup import BackupError, load_settings
+    from shared.tools.restore import restore
 
     try:
         manifest = restore(service, load_settings(service), directory)

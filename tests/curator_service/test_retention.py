@@ -292,7 +292,8 @@ async def test_the_serving_process_archives_at_start_up(settings: Settings, data
 def test_the_backup_holds_the_archives(
     db: Database, settings: Settings, data_dir: Path, tmp_path: Path
 ) -> None:
-    from shared.tools.backup import backup, restore
+    from shared.tools.backup import backup
+    from shared.tools.restore import restore
 
     add_entries(db, [40, 1])
     run(db, data_dir)
