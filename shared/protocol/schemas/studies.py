@@ -17,11 +17,18 @@ from shared.protocol.schemas.audit import AuditSync as AuditSync
 from shared.protocol.schemas.audit import AuditVerification as AuditVerification
 from shared.protocol.schemas.common import Request
 from shared.protocol.schemas.gradients import GradientOracleInfo
+from shared.protocol.schemas.rounds import PendingQuery as PendingQuery
+from shared.protocol.schemas.rounds import PendingRound as PendingRound
+from shared.protocol.schemas.rounds import RoundQuery as RoundQuery
+from shared.protocol.schemas.rounds import RunAccepted as RunAccepted
+from shared.protocol.schemas.rounds import RunRequest as RunRequest
+from shared.protocol.schemas.rounds import StepResult as StepResult
+from shared.protocol.schemas.rounds import StepTimings as StepTimings
+from shared.protocol.schemas.rounds import StudyStatus as StudyStatus
 
 #: The strategy of a study that names none (the API's documented default): PO-GP-UCB's GP-UCB.
 DEFAULT_STRATEGY = "gp-ucb"
 
-StudyStatus = Literal["ready", "running", "awaiting_measurement", "waiting_for_curator", "done", "failed"]
 
 #: API v1 named these parameters at the top level of a study (they were GP-UCB's); they remain shorthands
 #: for the ``strategy_params`` key of the same name, for the strategies that take it.
@@ -336,31 +343,6 @@ class ReleaseInfo(BaseModel):
     sha256: str
 
 
-class PendingQuery(BaseModel):
-    iteration: int = Field(description="The query number (seq) this request will have in the audit log.")
-    index: int
-    curator_query_id: int | None
-
-
-class RoundQuery(BaseModel):
-    """One request of a round and its answer so far."""
-
-    request: int = Field(description="Position within the round, 0-based.")
-    kind: str = Field(
-        description='The request kind: "row" (a row\'s outcome) or "gradient" (a gradient step).'
-    )
-    index: int | None
-    status: Literal["complete", "pending", "not_sent"]
-    y: float | None
-    curator_query_id: int | None
-    details: dict[str, Any] = Field(description="The strategy's numbers that chose this request.")
-
-
-class PendingRound(BaseModel):
-    round: int
-    queries: list[RoundQuery]
-
-
 class StudyPublic(BaseModel):
     id: str
     name: str | None = Field(default=None, description="The study's name (null: none given).")
@@ -404,35 +386,6 @@ class StudyPublic(BaseModel):
 class StudiesPublic(BaseModel):
     data: list[StudyPublic]
     count: int
-
-
-class StepTimings(BaseModel):
-    """Server-side time of one step, in milliseconds (the GP arithmetic apart from the rest)."""
-
-    gp_ms: float = Field(description="The strategy's arithmetic: plan + observe (posteriors, refits).")
-    curator_ms: float = Field(description="The curator query round trip(s).")
-    db_ms: float = Field(description="The modeler's own database transactions (intent, audit entry).")
-    total_ms: float
-
-
-class StepResult(BaseModel):
-    """One round. A one-request round also fills the per-query fields of API v1 (``iteration``, ``index``,
-    ``y`` and the strategy's ``acquisition``, ``beta``, ``mean``, ``std``, ``source`` when it reports them);
-    with several requests they are null and ``queries`` has each one."""
-
-    round: int
-    queries: list[RoundQuery]
-    status: Literal["complete", "pending"] = Field(description="complete when every request is answered.")
-    iteration: int = Field(description="The query number (seq) of the round's last request.")
-    index: int | None
-    y: float | None
-    acquisition: float | None = None
-    beta: float | None = None
-    mean: float | None = None
-    std: float | None = None
-    source: str | None = None
-    curator_query_id: int | None
-    timings: StepTimings
 
 
 def _header_safe(value: SecretStr | None) -> SecretStr | None:
@@ -499,21 +452,3 @@ class StudyUpdate(Request):
     def asks_curator(self) -> bool:
         """Whether the change needs the curator (a new token or budget); a name or tags do not."""
         return self.curator_token is not None or self.iterations is not None
-
-
-class RunRequest(Request):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"iterations": 20}]})
-
-    iterations: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        description="How many iterations to run (default: the rest of the budget).",
-    )
-
-
-class RunAccepted(BaseModel):
-    id: str
-    status: StudyStatus
-    iterations_done: int
-    run_target: int
