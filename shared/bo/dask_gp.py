@@ -234,29 +234,18 @@ class DaskGP(GaussianProcess):
         return _Broadcast(self)
 
     def _rebuild(self, idx: npt.NDArray[np.int64], y: FloatArray) -> None:
+        """``GaussianProcess._rebuild``: L, L^{-1} y and L^{-1} 1 here, every partition rebuilt as a new
+        version (t = 0: back to the prior under the current hyper-parameters)."""
         t = idx.size
         self._cols.clear()  # the lengthscale changed: the columns of [Z/l; ...] with it
-        if t == 0:
-            self._futures = [
-                self.client.submit(
-                    _rebuilt,
-                    f,
-                    np.empty((0, self.Z.shape[1])),
-                    np.empty((0, 0)),
-                    np.empty(0),
-                    np.empty(0),
-                    float(self.hp.signal_variance),
-                    self.hp.lengthscale,
-                    key=self._key(k),
-                )
-                for k, f in enumerate(self._futures)
-            ]
-            return
         while self._idx.size < t:
             self._grow()
         Z_obs = self.rows(idx)  # kept by the driver across the refit (the columns are fetched again)
-        L, w, u = self._batch_factor(Z_obs, y)
-        self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
+        if t:
+            L, w, u = self._batch_factor(Z_obs, y)
+            self._L[:t, :t], self._w[:t], self._u[:t] = L, w, u
+        else:
+            L, w, u = np.empty((0, 0)), np.empty(0), np.empty(0)
         s2, ls = float(self.hp.signal_variance), self.hp.lengthscale
         self._futures = [
             self.client.submit(_rebuilt, f, Z_obs, L, w, u, s2, ls, key=self._key(k))
