@@ -70,6 +70,23 @@ def workers() -> int:
 #: the suite inside CI's time limit.
 SQLITE_ONLY = pytest.mark.parametrize("services", ["sqlite"], indirect=True)
 
+#: For e2e tests of crashes, restarts and manual work, whose subject is the processes rather than the database
+#: engine or the worker count alone: the embedded default (SQLite, one process per service) and the deployment
+#: (PostgreSQL, uvicorn with 2 workers), instead of all four pairs. Both databases and both process models
+#: still run; their crossings add minutes of CI and no path the two pairs do not take.
+DEPLOYMENTS = pytest.mark.parametrize(
+    ("services", "workers"),
+    [("sqlite", 1), ("postgresql", 2)],
+    indirect=True,
+    ids=["sqlite-1-process", "postgresql-2-workers"],
+)
+
+#: For e2e tests of concurrent requests: 2 workers per service on each database (the case where requests race
+#: across processes; one process's concurrency runs in the unit tests).
+TWO_WORKERS = pytest.mark.parametrize(
+    ("services", "workers"), [("sqlite", 2), ("postgresql", 2)], indirect=True, ids=["sqlite", "postgresql"]
+)
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> Iterator[Services]:

@@ -16,14 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Services, write_csv
+from tests.e2e.conftest import TWO_WORKERS, Services, write_csv
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(params=[1, 2], ids=["1-process", "2-workers"])
 def workers(request: pytest.FixtureRequest) -> int:
-    """Each test against single processes and against uvicorn with 2 workers per service."""
+    """uvicorn workers per service: a test's mark (``TWO_WORKERS``) picks them with its database."""
     return int(request.param)
 
 
@@ -44,6 +44,7 @@ def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+@TWO_WORKERS
 def test_twenty_releases_exactly_k_succeed(services: Services) -> None:
     csv = services.tmp / "data.csv"
     write_csv(csv)
@@ -65,6 +66,7 @@ def test_twenty_releases_exactly_k_succeed(services: Services) -> None:
     assert len(z_files) == 3, z_files  # refused releases wrote nothing
 
 
+@TWO_WORKERS
 def test_twenty_queries_one_idempotency_key(services: Services) -> None:
     csv = services.tmp / "data.csv"
     write_csv(csv)
@@ -84,6 +86,7 @@ def test_twenty_queries_one_idempotency_key(services: Services) -> None:
     assert len(queries) == 1 and used == 1
 
 
+@TWO_WORKERS
 def test_two_runs_one_wins(services: Services) -> None:
     csv = services.tmp / "data.csv"
     write_csv(csv)

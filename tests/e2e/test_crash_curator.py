@@ -14,14 +14,14 @@ import httpx
 import pytest
 
 from shared.processes import ServiceProcess, curator_env, free_port
-from tests.e2e.conftest import Services, write_csv
+from tests.e2e.conftest import DEPLOYMENTS, Services, write_csv
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(params=[1, 2], ids=["1-process", "2-workers"])
 def workers(request: pytest.FixtureRequest) -> int:
-    """Each test against single processes and against uvicorn with 2 workers per service."""
+    """uvicorn workers per service: a test's mark (``DEPLOYMENTS``) picks them with its database."""
     return int(request.param)
 
 
@@ -56,6 +56,7 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> 
         time.sleep(0.05)
 
 
+@DEPLOYMENTS
 def test_sigkill_during_release_and_during_query(services: Services) -> None:
     csv = services.tmp / "data.csv"
     outcomes = write_csv(csv)

@@ -1,6 +1,7 @@
-"""Manual outcomes (the real pilot case) through real processes, as single processes and with 2 workers per
-service: the modeler's runner long-polls the curator for each pending query while an operator posts the
-measured values; whichever workers take these requests, the study proceeds and both logs reconcile."""
+"""Manual outcomes (the real pilot case) through real processes, as one process per service on SQLite and with
+2 workers per service on PostgreSQL: the modeler's runner long-polls the curator for each pending query while
+an operator posts the measured values; whichever workers take these requests, the study proceeds and both logs
+reconcile."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import Services, write_csv
+from tests.e2e.conftest import DEPLOYMENTS, Services, write_csv
 from tests.e2e.test_two_party import FIXED_HP, study_body, wait_status
 
 pytestmark = pytest.mark.slow
@@ -20,6 +21,7 @@ def workers(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
+@DEPLOYMENTS
 def test_manual_measurements_drive_a_run(services: Services) -> None:
     csv = services.tmp / "data.csv"
     outcomes = write_csv(csv)  # the "lab" knows these; the curator's dataset does not

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import SQLITE_ONLY, Services
+from tests.e2e.conftest import DEPLOYMENTS, SQLITE_ONLY, Services
 from tests.e2e.test_two_party import setup_release, study_body, wait_status
 
 pytestmark = pytest.mark.slow
@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(params=[1, 2], ids=["1-process", "2-workers"])
 def workers(request: pytest.FixtureRequest) -> int:
-    """Each test against single processes and against uvicorn with 2 workers per service."""
+    """Each test against single processes and against uvicorn with 2 workers per service (the SIGKILL test:
+    the pairs of its ``DEPLOYMENTS`` mark)."""
     return int(request.param)
 
 
@@ -41,6 +42,7 @@ def wait_iterations(http: httpx.Client, study_ids: list[str], at_least: int) -> 
         time.sleep(0.005)
 
 
+@DEPLOYMENTS
 def test_sigkill_mid_run_then_resume(services: Services) -> None:
     _, release, partner = setup_release(services, max_queries=ITERATIONS)  # the quota leaves no slack
     with services.modeler_http() as http:
