@@ -22,6 +22,7 @@ from modeler_service.kinds.base import PlannedRequest, Recorded, RequestKind, Se
 from modeler_service.models import Study
 from modeler_service.schemas import BestPoint, ReleaseInfo, RoundQuery, StudyCreate
 from modeler_service.upstream import upstream
+from shared.bo.backend import uses_dask
 from shared.bo.strategies import Answer, RowRequest, Strategy, StrategyParams
 from shared.errors import ROW_UNAFFORDABLE, InputDataError, StrategyError
 from shared.privacy.rng import os_entropy_rng
@@ -79,8 +80,10 @@ class RowKind(RequestKind):
                 if problem is not None:
                     raise Unprocessable(problem)
                 params = fit_to_grant(strategy, params, me.output_privacy)
+            # resumed with a range request if the connection drops mid-body; the file name is this
+            # study's, so a failed download leaves no partial behind (no later call would continue it)
             digest = client.download_release_rows(
-                body.release_id, data_dir / z_file, expected_sha256=release.sha256
+                body.release_id, data_dir / z_file, expected_sha256=release.sha256, keep_partial=False
             )
         except ReleaseIntegrityError as exc:
             raise UpstreamError(f"{what}: {exc.detail}") from exc
@@ -133,7 +136,9 @@ class RowKind(RequestKind):
         return BestPoint(index=study.best_index, y=study.best_y, noisy=study.outputs_private)
 
     def load_inputs(self, data_dir: Path, study: Study) -> Any:
-        """Z [n, r] as stored with the study, checked against its sha256."""
+        """Z [n, r] as stored with the study, checked against its sha256: in memory, or on the dask backend
+        memory-mapped, so that this process never holds all of Z and the cluster's partitions can load their
+        own rows (``shared.bo.backend.npy_file``; docs/scaling.md)."""
         if study.z_file is None or study.z_sha256 is None:
             raise StorageError(f"study {study.id} runs on a release but has no stored Z")
         path = data_dir / study.z_file
@@ -143,7 +148,7 @@ class RowKind(RequestKind):
                 raise StorageError(
                     f"the stored Z of study {study.id} has sha256 {digest}, expected {study.z_sha256}"
                 )
-            return np.load(path, allow_pickle=False)
+            return np.load(path, allow_pickle=False, mmap_mode="r" if uses_dask() else None)
         except OSError as exc:
             raise StorageError(f"the stored Z of study {study.id} cannot be read: {exc.strerror}") from exc
 

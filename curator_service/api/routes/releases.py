@@ -126,15 +126,46 @@ def _wants_npy(accept: str | None, fmt: str | None) -> bool:
     summary="The released rows Z: JSON, or the .npy file with Accept: application/x-npy",
     description="`Accept: application/x-npy` (or `?format=npy`) returns the stored n x r float64 .npy file, "
     "byte for byte; its sha256 equals the release's `sha256` and the `ETag`. JSON returns "
-    "`{rows, sha256, offset, n}`; `offset`/`limit` page through big releases (JSON only).",
+    "`{rows, sha256, offset, n}`; `offset`/`limit` page through big releases (JSON only). "
+    "The .npy download serves byte ranges (`Accept-Ranges: bytes`): `Range: bytes=<first>-[<last>]` "
+    "answers 206 with that part of the file and its `Content-Range`, and a range that starts at or past "
+    'the end 416 with `Content-Range: bytes */<size>`. Send `If-Range: "<sha256>"` (the `ETag`) with it '
+    "to continue a download that broke off: the range is served only while the file is still that one, "
+    "otherwise the whole file comes back (200). The release is immutable, so a resumed download, checked "
+    "against the sha256 at the end, is the same file; `CuratorClient.download_release_rows` does this.",
     responses={
         **_ERRORS,
         200: {
             "content": {NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
             "description": "The rows (JSON) or the .npy file.",
+            "headers": {
+                "ETag": {
+                    "description": 'The release\'s sha256, quoted: `"<sha256>"`.',
+                    "schema": {"type": "string"},
+                },
+                "Accept-Ranges": {
+                    "description": "`bytes` for the .npy file: it can be fetched in ranges.",
+                    "schema": {"type": "string"},
+                },
+            },
+        },
+        206: {
+            "content": {NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The byte range of the .npy file a `Range` header asked for (with an `If-Range` "
+            "that matches the `ETag`, or none).",
+            "headers": {
+                "Content-Range": {
+                    "description": "`bytes <first>-<last>/<size>`.",
+                    "schema": {"type": "string"},
+                },
+            },
         },
         304: {"description": "If-None-Match matched the ETag."},
         413: {"description": "Too many values for one JSON page: use the .npy download or offset/limit."},
+        416: {
+            "description": "A `Range` that starts at or past the end of the .npy file; "
+            "`Content-Range: bytes */<size>` gives its size."
+        },
     },
 )
 def release_rows(
@@ -144,6 +175,14 @@ def release_rows(
     components: ComponentsDep,
     accept: Annotated[str | None, Header()] = None,
     if_none_match: Annotated[str | None, Header()] = None,
+    range_: Annotated[
+        str | None,
+        Header(alias="range", description="`bytes=<first>-[<last>]`: that part of the .npy file (206)."),
+    ] = None,
+    if_range: Annotated[
+        str | None,
+        Header(description='`"<sha256>"`: serve the `Range` only while the file is still this one.'),
+    ] = None,
     format: Annotated[str | None, Query(pattern="^(json|npy)$", description="Overrides Accept.")] = None,  # noqa: A002
     offset: Annotated[int, Query(ge=0, description="First row (JSON only).")] = 0,
     limit: Annotated[int | None, Query(ge=1, description="At most this many rows (JSON only).")] = None,
@@ -154,7 +193,7 @@ def release_rows(
     headers = {"ETag": etag, "X-Pobo-SHA256": release.sha256, "Cache-Control": "private, no-transform"}
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
         return Response(status_code=304, headers=headers)
-    if _wants_npy(accept, format):
+    if _wants_npy(accept, format):  # Range / If-Range (range_, if_range) are served by FileResponse
         path, _ = release_service.release_file(components.store, release)
         return FileResponse(
             path, media_type=NPY_MEDIA_TYPE, headers=headers, filename=f"release-{release.id}.npy"

@@ -48,7 +48,9 @@ Behaviour shared by every call:
   server that does not answer like a pobo curator (a redirect, which is never followed; a body that is not
   its JSON) raises :class:`CuratorProtocolError`.
 * **Release rows** are checked against the release's sha256 (and must be an n x r float64 array), else
-  :class:`ReleaseIntegrityError`; ``download_release_rows`` writes a temp file, fsyncs it and renames it.
+  :class:`ReleaseIntegrityError`; ``download_release_rows`` streams into a partial file, fsyncs it and
+  renames it, continuing with a range request (``Range``/``If-Range``) after a dropped connection or a call
+  that failed half way.
 * **TLS**: ``https://`` certificates are always verified, against ``verify`` — a CA bundle path (PEM) or an
   ``ssl.SSLContext`` (``shared.servicekit.tls.client_ssl_context``) — or the system trust store by default. A
   certificate that does not verify raises :class:`CuratorUnavailable` naming ``CERTIFICATE_VERIFY_FAILED``.

@@ -24,10 +24,10 @@ from shared.protocol.client.base import (
     _check_status,
     _decode,
     _files,
+    _RangedBody,
     _should_retry,
     _transport_errors,
     _verify,
-    _write_body,
 )
 from shared.protocol.client.endpoints import Endpoint
 from shared.protocol.client.errors import CURATOR_ERRORS, RETRY_STATUSES, ErrorFamily, _error_from
@@ -104,19 +104,24 @@ class ApiClient:
             return stop_after_delay(self.retry_seconds)
         return stop_after_attempt(self.retries + 1)
 
-    def _send(self, call: _Call, into: Path | None = None) -> tuple[httpx.Response, str]:
+    def _send(
+        self, call: _Call, into: _RangedBody | None = None, *, attempts: int | None = None
+    ) -> tuple[httpx.Response, str]:
         """Make ``call``, retried (tenacity: exponential backoff with jitter) while :func:`_should_retry`
-        allows; the last error is re-raised as is. Returns the answer with its body read — or, with
-        ``into`` and a 2xx answer, streamed into that file (rewritten on every attempt) and its sha256."""
+        allows (``attempts``: at most this many in all, instead of the client's ``retries``); the last error
+        is re-raised as is. Returns the answer with its body read — or, with ``into`` and a 2xx answer,
+        streamed into that file and its sha256 (every attempt asks ``into`` for its headers, so one after a
+        dropped connection continues the file with a range request)."""
         retrying = Retrying(
             retry=retry_if_exception(_should_retry(call, self.retry_statuses)),
-            stop=self._stop(),
+            stop=self._stop() if attempts is None else stop_after_attempt(max(1, attempts)),
             wait=wait_exponential_jitter(multiplier=self.backoff, max=self.max_backoff, jitter=self.backoff),
             reraise=True,
         )
         for attempt in retrying:
             with attempt:
                 digest = ""
+                headers = call.parts.headers if into is None else call.parts.headers | into.headers()
                 with (
                     _transport_errors(call, self.errors),
                     _files(call) as files,
@@ -127,12 +132,13 @@ class ApiClient:
                         json=call.parts.json,
                         data=call.parts.data,
                         files=files,
-                        headers=call.parts.headers,
+                        headers=headers,
                         timeout=self._timeout(call.parts.extra_timeout),
                     ) as resp,
                 ):
                     if into is not None and 200 <= resp.status_code < 300:
-                        digest = _write_body(resp, into)
+                        into.write(resp, self.errors)
+                        digest = into.hexdigest()
                     else:
                         resp.read()
                 if resp.status_code in self.retry_statuses:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import ssl
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -106,14 +107,89 @@ def _verify(verify: ssl.SSLContext | str | Path | bool) -> ssl.SSLContext | bool
     return client_ssl_context(verify)
 
 
-def _write_body(resp: httpx.Response, dest: Path) -> str:
-    """Stream an answer's body into ``dest`` (rewritten from scratch); the sha256 of what was written."""
-    h = hashlib.sha256()
-    with open(dest, "wb") as fh:
-        for chunk in resp.iter_bytes(_CHUNK):
-            h.update(chunk)
-            fh.write(chunk)
-    return h.hexdigest()
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+class _RangedBody:
+    """A download streamed into ``path``, resumable: a partial file left by a dropped connection (or by an
+    earlier call) is continued with ``Range: bytes=<size>-`` and ``If-Range: <etag>``, and hashed as it
+    grows (the bytes already there are read once, not downloaded again).
+
+    ``headers`` is asked before every attempt; ``write`` takes a 2xx answer: a 206 (its ``Content-Range``
+    must start at the partial's end) is appended, any other 2xx (a 200: the ``If-Range`` did not match, or
+    the server ignores ranges) rewrites the file from the start. ``resumed`` is True while the file holds
+    bytes this download did not receive itself (a partial left by an earlier call, which could be corrupt).
+    """
+
+    def __init__(self, path: Path, etag: str, chunk_size: int = _CHUNK) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.path = path
+        self.etag = etag
+        self.chunk_size = int(chunk_size)
+        self.size = 0
+        self.resumed = False
+        self._hash = hashlib.sha256()
+        self._hashed: int | None = None  # bytes of ``path`` that ``_hash`` covers (None: not read yet)
+
+    def _sync(self) -> None:
+        """``_hash`` and ``size`` of the file as it is on disk (read again only when it is not what we wrote:
+        the first attempt, or a write that failed half way)."""
+        try:
+            on_disk = self.path.stat().st_size
+        except FileNotFoundError:
+            on_disk = 0
+        if self._hashed == on_disk:
+            return
+        h, size = hashlib.sha256(), 0
+        if on_disk:
+            with open(self.path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(self.chunk_size), b""):
+                    h.update(chunk)
+                    size += len(chunk)
+        self._hash, self.size, self._hashed = h, size, size
+        if size:
+            self.resumed = True
+
+    def headers(self) -> dict[str, str]:
+        """The request headers of the next attempt (none for an empty partial)."""
+        self._sync()
+        if not self.size:
+            return {}
+        return {"Range": f"bytes={self.size}-", "If-Range": self.etag}
+
+    def restart(self) -> None:
+        """Throw the partial away: the next attempt downloads the whole body."""
+        self.path.unlink(missing_ok=True)
+        self._hash, self.size, self._hashed, self.resumed = hashlib.sha256(), 0, 0, False
+
+    def write(self, resp: httpx.Response, errors: ErrorFamily = CURATOR_ERRORS) -> None:
+        """Stream a 2xx answer's body into the file (appended for a 206, from the start otherwise)."""
+        self._sync()
+        if resp.status_code == 206:
+            match = _CONTENT_RANGE.fullmatch(resp.headers.get("content-range", "").strip())
+            if match is None or int(match.group(1)) != self.size:
+                raise _not_pobo(
+                    resp,
+                    f"a partial answer ({resp.headers.get('content-range', 'no Content-Range')}) that does "
+                    f"not continue the {self.size} bytes asked after",
+                    errors,
+                )
+            mode = "ab"
+        else:
+            self._hash, self.size, self.resumed = hashlib.sha256(), 0, False
+            mode = "wb"
+        self._hashed = None  # until the body is in: a failure half way is re-read from disk
+        with open(self.path, mode) as fh:
+            for chunk in resp.iter_bytes(self.chunk_size):
+                fh.write(chunk)
+                self._hash.update(chunk)
+                self.size += len(chunk)
+                self._hashed = self.size
+        self._hashed = self.size
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
 
 
 def _not_pobo(resp: httpx.Response, message: str, errors: ErrorFamily = CURATOR_ERRORS) -> ApiProtocolError:

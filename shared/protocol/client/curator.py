@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,16 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.protocol.client.apiclient import ApiClient
-from shared.protocol.client.base import _check_rows, _check_status, _fsync_replace
+from shared.protocol.client.base import _check_rows, _check_status, _fsync_replace, _RangedBody
 from shared.protocol.client.endpoints import API
-from shared.protocol.client.errors import CURATOR_ERRORS, Ledger, QueryWaitTimeout
+from shared.protocol.client.errors import (
+    _CHUNK,
+    CURATOR_ERRORS,
+    ApiUnavailable,
+    CuratorError,
+    Ledger,
+    QueryWaitTimeout,
+)
 from shared.protocol.schemas import (
     AccessLogPublic,
     CorrectionsPublic,
@@ -42,6 +49,9 @@ from shared.protocol.schemas import (
     ResultsPosted,
     RowExclusions,
 )
+
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_CONTENT_TOTAL = re.compile(r"bytes \*/(\d+)")
 
 
 class CuratorClient(ApiClient):
@@ -171,24 +181,67 @@ class CuratorClient(ApiClient):
         return self._call(API.row_exclusions, release_id=release_id)
 
     def download_release_rows(
-        self, release_id: int, dest: str | os.PathLike[str], *, expected_sha256: str | None = None
+        self,
+        release_id: int,
+        dest: str | os.PathLike[str],
+        *,
+        expected_sha256: str | None = None,
+        chunk_size: int = _CHUNK,
+        max_resumes: int | None = None,
+        keep_partial: bool = True,
     ) -> str:
-        """Stream the release's rows as .npy into ``dest`` (atomically: temp file, fsync, rename).
+        """Stream the release's rows as .npy into ``dest`` (atomically: partial file, fsync, rename).
 
         The bytes are checked against ``expected_sha256`` (default: the release's published sha256) before
         ``dest`` appears; a mismatch raises :class:`ReleaseIntegrityError`. Returns the sha256.
+
+        Resumable: the body goes to ``.<dest name>.<sha256[:16]>.part`` beside ``dest``, in ``chunk_size``
+        pieces (bounded memory, hashed as they come). When the connection drops mid-body, the next attempt
+        asks for the rest only (``Range: bytes=<size>-`` with ``If-Range: "<sha256>"``; a 200 instead of
+        the 206 starts over), up to ``max_resumes`` more attempts (default: the client's ``retries``, with
+        its backoff). A partial left by an earlier call that failed (or crashed) is continued the same way;
+        if the finished file then does not match, it is downloaded once more from the start. A transient
+        failure (connection, 5xx) keeps the partial for the next call (unless ``keep_partial`` is False:
+        a caller that will not download into this ``dest`` again); any other error deletes it. One download
+        per ``dest`` at a time.
         """
         dest = Path(dest)
         expected = expected_sha256 or self.get_release(release_id).sha256
-        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
+        key = expected if _SHA256.fullmatch(expected) else hashlib.sha256(expected.encode()).hexdigest()
+        part = dest.with_name(f".{dest.name}.{key[:16].lower()}.part")
+        body = _RangedBody(part, f'"{expected}"', chunk_size)
+        call = API.release_rows.bind(release_id=release_id)
+        attempts = None if max_resumes is None else max_resumes + 1
+        keep = False  # whether a failure leaves the partial for the next call
         try:
-            resp, digest = self._send(API.release_rows.bind(release_id=release_id), into=tmp)
-            _check_status(resp)
-            _check_rows(tmp, digest, expected, release_id)
-            _fsync_replace(tmp, dest)
+            for fresh in (False, True):  # a bad partial: one more pass from byte 0
+                resp, digest = self._send(call, into=body, attempts=attempts)
+                if resp.status_code == 416 and body.size:  # asked after the end: the partial is all of it?
+                    total = _CONTENT_TOTAL.fullmatch(resp.headers.get("content-range", "").strip())
+                    if (total is None or int(total.group(1)) != body.size) and not fresh:
+                        body.restart()
+                        continue
+                    digest = body.hexdigest()
+                else:
+                    _check_status(resp)
+                if digest != expected and body.resumed and not fresh:
+                    body.restart()
+                    continue
+                break
+            _check_rows(body.path, digest, expected, release_id)
+            _fsync_replace(body.path, dest)
+            return digest
+        except BaseException as exc:
+            if not keep_partial:
+                pass
+            elif isinstance(exc, CuratorError):
+                keep = isinstance(exc, ApiUnavailable) or exc.status_code in self.retry_statuses
+            else:
+                keep = not isinstance(exc, Exception)  # interrupted (KeyboardInterrupt): resumable later
+            raise
         finally:
-            tmp.unlink(missing_ok=True)
-        return digest
+            if not keep:
+                body.path.unlink(missing_ok=True)
 
     def release_rows(self, release_id: int, *, expected_sha256: str | None = None) -> npt.NDArray[np.float64]:
         """The released Z (n x r float64) in memory, verified against the release's sha256."""
