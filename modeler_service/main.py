@@ -128,7 +128,12 @@ def _start_backend(settings: Settings) -> Any:
     if settings.backend != "dask":
         return None
     client = settings.dask_client()
-    set_dask_backend(client, settings.dask_partitions)
+    reads = settings.dask_workers_read_data_dir
+    set_dask_backend(
+        client,
+        settings.dask_partitions,
+        workers_read_files=settings.dask_address is None if reads is None else reads,
+    )
     log.info("GP-UCB loops run on the Dask cluster at %s", client.scheduler_info().get("address"))
     return client
 

@@ -16,12 +16,18 @@ keeps every step's task, so when a worker dies the scheduler recomputes its part
 version (which holds its rows of Z in the task itself) along the chain of messages: the loop goes on with
 the same numbers, without the driver doing anything.
 
+**Other strategies.** With ``row_kernel`` (the heavy-tailed / LDP strategies' SE or Matern-5/2 kernel,
+``shared.bo.strategies.heavy_tailed.tgp``) every partition forms its range of the chosen row's kernel row
+itself (``StepMessage.row``). ``hallucinated_round`` runs a GP-BUCB round with its hallucinated variance on
+the partitions (``shared.bo.hallucinated``). Both make the local loop's choices bit for bit.
+
 Workers run BLAS on one thread (``shared.bo.parallel.one_blas_thread`` around every task). Dask is imported
 only here and only when a ``DaskGP`` is made (the extra ``pobo[dask]``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import uuid
@@ -31,9 +37,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo import dask_tasks as tasks
 from shared.bo.gp import GaussianProcess, Hyperparameters
-from shared.bo.parallel import one_blas_thread
-from shared.bo.partition import Partition, StepMessage, kernel_factors, partition_bounds
+from shared.bo.kernels import RowKernel
+from shared.bo.partition import StepMessage, kernel_factors, partition_bounds
 from shared.errors import InputDataError
 
 if TYPE_CHECKING:
@@ -44,62 +51,18 @@ FloatArray = npt.NDArray[np.float64]
 __all__ = ["DaskGP"]
 
 
-# ------------------------------------------------------------------------------- on the workers (pure)
-def _make(Z: FloatArray | tuple[str, int, int], start: int, s2: float, ls: Any, empirical: bool) -> Partition:
-    """The first version of a partition: its rows of Z (an array, or a .npy file's row range), the prior."""
-    if isinstance(Z, tuple):
-        path, begin, end = Z
-        Z = np.ascontiguousarray(np.load(path, mmap_mode="r")[begin:end], dtype=np.float64)
-    with one_blas_thread():
-        return Partition(Z, s2, ls, start=start, empirical=empirical, spill="never", reuse_memory=False)
-
-
-def _advance(part: Partition, msg: StepMessage) -> Partition:
-    new = part.version()
-    with one_blas_thread():
-        new.update(msg)
-    return new
-
-
-def _rebuilt(
-    part: Partition, Z_obs: FloatArray, L: FloatArray, w: FloatArray, u: FloatArray, s2: float, ls: Any
-) -> Partition:
-    new = part.version(fresh_factor=True)
-    with one_blas_thread():
-        new.rebuild(Z_obs, L, w, u, s2, ls)
-    return new
-
-
-def _columns(part: Partition, local: npt.NDArray[np.int64]) -> tuple[FloatArray, FloatArray]:
-    """(columns of ``[Z/l; ...]`` [r + 1, p], rows of Z [p, r]) of the local indices."""
-    return part.ST[:, local].copy(), part.Z[local].copy()
-
-
-def _best(
-    part: Partition, c: float, m: float, excluded: npt.NDArray[np.int64]
-) -> tuple[float, int, FloatArray, FloatArray, tuple[float, float]]:
-    """The partition's first acquisition maximum: (value, global index, its column of ``[Z/l; ...]``, its
-    row of Z, its posterior (mean, std)); what the driver needs of the winner comes back with it."""
-    with one_blas_thread():
-        value, i = part.best(c, m, excluded)
-    return value, part.start + i, part.ST[:, i].copy(), part.Z[i].copy(), part.posterior_at(i, m)
-
-
-def _posterior(part: Partition, local: int, m: float) -> tuple[float, float]:
-    return part.posterior_at(local, m)
-
-
-def _arrays(part: Partition) -> tuple[FloatArray, FloatArray, FloatArray]:
-    return part.p.copy(), part.q.copy(), part.var.copy()
-
-
 # ------------------------------------------------------------------------------------ on the driver
 class DaskGP(GaussianProcess):
     """``GaussianProcess`` over Z with its per-candidate state on a Dask cluster (see the module docstring).
 
     ``Z``: the candidates [n, r], or the path of a .npy file holding them (each partition then loads its own
     rows on its worker, and the driver reads only the rows it needs). ``partitions``: how many (default: one
-    per worker); ``client``: a ``distributed.Client``. SE kernel and float64 factor only.
+    per worker); ``client``: a ``distributed.Client``. Float64 factor only. The kernel is the SE kernel of
+    ``hyperparameters`` (``shared.bo.gp``), or ``row_kernel``, a ``shared.bo.kernels.RowKernel`` (SE or
+    Matern-5/2, unit variance; the heavy-tailed / LDP strategies' ``KernelGP``): each partition then forms
+    its range of the chosen row's kernel row itself (``StepMessage.row``), with the same bits as the row the
+    local ``KernelGP`` computes over all n (``scaled_sqdist``: each entry a function of its two rows alone);
+    such a GP has no batch rebuild and no ``covariance_rows``.
     """
 
     def __init__(
@@ -112,6 +75,7 @@ class DaskGP(GaussianProcess):
         prior_mean: str = "zero",
         jitter: float = 1e-10,
         factor_dtype: Literal["float64", "float32"] = "float64",
+        row_kernel: RowKernel | None = None,
         **_ignored: Any,
     ) -> None:
         if factor_dtype != "float64":
@@ -129,6 +93,8 @@ class DaskGP(GaussianProcess):
         if prior_mean not in ("zero", "empirical"):
             raise InputDataError(f'prior_mean must be "zero" or "empirical", got {prior_mean!r}')
         self.client = client
+        self.row_kernel = row_kernel
+        self._pending_row: tuple[str, float, FloatArray] | None = None  # the next step's kernel row
         self.Z = source  # read by the driver only at the rows it asks for (``rows``, ``median_distance``)
         self.n = int(source.shape[0])
         self.prior_mean = prior_mean
@@ -148,7 +114,7 @@ class DaskGP(GaussianProcess):
             rows: Any = (self._path, a, b) if self._path is not None else np.array(source[a:b])
             self._futures.append(
                 client.submit(
-                    _make,
+                    tasks.make,
                     rows,
                     a,
                     float(self.hp.signal_variance),
@@ -198,7 +164,7 @@ class DaskGP(GaussianProcess):
             k, local = self._locate(i)
             by_part.setdefault(k, []).append(local)
         futures = {
-            k: self.client.submit(_columns, self._futures[k], np.array(v, dtype=np.int64), pure=False)
+            k: self.client.submit(tasks.columns, self._futures[k], np.array(v, dtype=np.int64), pure=False)
             for k, v in by_part.items()
         }
         for k, (cols, zrows) in zip(futures, self._gather(list(futures.values())), strict=True):
@@ -207,10 +173,23 @@ class DaskGP(GaussianProcess):
                 self._cols[i], self._zrows[i] = cols[:, pos].copy(), zrows[pos].copy()
 
     def _kernel_factors(self, j: int) -> tuple[FloatArray, float, float] | None:
+        if self.row_kernel is not None:
+            return None  # ``_other_kernel_row``
         self._fetch([j])
         log_s2 = math.log(self.hp.signal_variance)
         x, shift = kernel_factors(self._cols[int(j)], log_s2)
         return x, shift, log_s2
+
+    def _other_kernel_row(self, j: int, idx: npt.NDArray[np.int64]) -> FloatArray:
+        """``k(Z_I, Z_j)`` [t] on the driver (``RowKernel.block``: entry by entry the bits of the local
+        ``KernelGP``'s row at I); the partitions form their ranges of the row from the message's
+        ``(kind, lengthscale, z_j)`` (``_Broadcast.update``)."""
+        kernel = self.row_kernel
+        if kernel is None:
+            raise InputDataError("the SE kernel's row comes from its factors (``_kernel_factors``)")
+        self._pending_row = (kernel.kind, kernel.lengthscale, np.array(kernel.Z[int(j)], dtype=np.float64))
+        out: FloatArray = kernel.block([int(j)], idx)[0]
+        return out
 
     def _st_columns(self, idx: npt.NDArray[np.int64]) -> FloatArray:
         self._fetch(idx)
@@ -237,6 +216,8 @@ class DaskGP(GaussianProcess):
         """``GaussianProcess._rebuild``: L, L^{-1} y and L^{-1} 1 here, every partition rebuilt as a new
         version (t = 0: back to the prior under the current hyper-parameters)."""
         t = idx.size
+        if t and self.row_kernel is not None:
+            raise InputDataError("a GP with a row kernel grows one observation at a time (no batch rebuild)")
         self._cols.clear()  # the lengthscale changed: the columns of [Z/l; ...] with it
         while self._idx.size < t:
             self._grow()
@@ -248,7 +229,7 @@ class DaskGP(GaussianProcess):
             L, w, u = np.empty((0, 0)), np.empty(0), np.empty(0)
         s2, ls = float(self.hp.signal_variance), self.hp.lengthscale
         self._futures = [
-            self.client.submit(_rebuilt, f, Z_obs, L, w, u, s2, ls, key=self._key(k))
+            self.client.submit(tasks.rebuilt, f, Z_obs, L, w, u, s2, ls, key=self._key(k))
             for k, f in enumerate(self._futures)
         ]
         self._idx[:t], self._y[:t] = idx, y
@@ -265,7 +246,7 @@ class DaskGP(GaussianProcess):
         futures = []
         for k, (a, b) in enumerate(self.bounds):
             mine = excluded[(excluded >= a) & (excluded < b)] - a
-            futures.append(self.client.submit(_best, self._futures[k], float(c), m, mine, pure=False))
+            futures.append(self.client.submit(tasks.best, self._futures[k], float(c), m, mine, pure=False))
         found = self._gather(futures)
         k = int(np.argmax(np.array([v[0] for v in found])))
         value, index, column, zrow, posterior = found[k]
@@ -278,27 +259,36 @@ class DaskGP(GaussianProcess):
         if self._posterior is not None and self._posterior[:3] == (index, self.t, m):
             return self._posterior[3]
         k, local = self._locate(index)
-        future = self.client.submit(_posterior, self._futures[k], local, m, pure=False)
+        future = self.client.submit(tasks.posterior, self._futures[k], local, m, pure=False)
         mean, std = future.result()
         return float(mean), float(std)
 
-    def _gathered(self) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """p, q and the variance over all n (O(n) to the driver: for the strategies that need them whole)."""
-        parts = self._gather([self.client.submit(_arrays, f, pure=False) for f in self._futures])
-        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+    def _gathered(self, names: tuple[str, ...] = ("p", "q", "var")) -> tuple[FloatArray, ...]:
+        """The partitions' arrays ``names`` (of p, q, var) over all n (O(n) each to the driver: for the
+        strategies that need them whole)."""
+        futures = [self.client.submit(tasks.arrays, f, names, pure=False) for f in self._futures]
+        parts = self._gather(futures)
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(len(names)))
 
     def mean(self) -> FloatArray:
-        p, q, _ = self._gathered()
         m = self.m
-        out: FloatArray = p + m * (1.0 - q) if m else p
+        if not m:
+            return self._gathered(("p",))[0]
+        p, q = self._gathered(("p", "q"))
+        out: FloatArray = p + m * (1.0 - q)
         return out
 
     def variance(self) -> FloatArray:
-        out: FloatArray = np.maximum(self._gathered()[2], 0.0)
+        out: FloatArray = np.maximum(self._gathered(("var",))[0], 0.0)
         return out
 
+    def variance_at(self, index: int) -> float:
+        k, local = self._locate(int(index))
+        var = self.client.submit(tasks.variance, self._futures[k], local, pure=False).result()
+        return float(np.maximum(var, 0.0))
+
     def std(self) -> FloatArray:
-        out: FloatArray = np.sqrt(np.maximum(self._gathered()[2], 0.0))
+        out: FloatArray = np.sqrt(np.maximum(self._gathered(("var",))[0], 0.0))
         return out
 
     def upper_confidence_bound(self, c: float, out: FloatArray | None = None) -> FloatArray:
@@ -315,9 +305,47 @@ class DaskGP(GaussianProcess):
         return self.upper_confidence_bound(c)
 
     def covariance_rows(self, indices: npt.ArrayLike) -> FloatArray:
-        raise InputDataError(
-            "covariance_rows is not available on the dask backend (gp-ucb's loop needs none)"
+        """``GaussianProcess.covariance_rows`` [p, n], gathered: the rows' columns of ``[Z/l]``, their
+        squared norms and their columns of the factor (O(p (t + r))) go from their partitions to every
+        partition, each computes its columns with the local method's operations
+        (``Partition.covariance_columns``), and the p x n result comes back to the driver."""
+        if self.row_kernel is not None:
+            raise InputDataError("covariance_rows needs the SE kernel on the dask backend")
+        idx = np.atleast_1d(np.asarray(indices, dtype=np.int64))
+        if idx.size and not (0 <= int(idx.min()) and int(idx.max()) < self.n):
+            raise InputDataError(f"indices must be in [0, {self.n - 1}]")
+        by_part: dict[int, list[tuple[int, int]]] = {}  # partition -> [(position in idx, local index)]
+        for pos, i in enumerate(idx.tolist()):
+            k, local = self._locate(i)
+            by_part.setdefault(k, []).append((pos, local))
+        futures = [
+            self.client.submit(
+                tasks.covariance_inputs,
+                self._futures[k],
+                np.array([lc for _, lc in v], dtype=np.int64),
+                pure=False,
+            )
+            for k, v in by_part.items()
+        ]
+        r = self.Z.shape[1]
+        S_idx, sq_idx, A_idx = np.empty((r, idx.size)), np.empty(idx.size), np.empty((self.t, idx.size))
+        for v, (S, sq, A) in zip(by_part.values(), self._gather(futures), strict=True):
+            positions = [pos for pos, _ in v]
+            S_idx[:, positions], sq_idx[positions], A_idx[:, positions] = S, sq, A
+        s2 = float(self.hp.signal_variance)
+        parts = self._gather(
+            [
+                self.client.submit(tasks.covariance, f, S_idx, sq_idx, A_idx, s2, pure=False)
+                for f in self._futures
+            ]
         )
+        out: FloatArray = np.concatenate(parts, axis=1)
+        return out
+
+    def hallucinated_round(self, excluded: npt.NDArray[np.bool_], capacity: int) -> HallucinatedRound:
+        """A GP-BUCB round on the partitions (``shared.bo.hallucinated``): ``excluded`` [n] the rows never
+        chosen in it, ``capacity`` the rows it may hallucinate."""
+        return HallucinatedRound(self, excluded, capacity)
 
     def close(self) -> None:
         """Release the partitions' futures (the cluster forgets them)."""
@@ -333,8 +361,79 @@ class _Broadcast:
         self.gp = gp
 
     def row_buffer(self) -> FloatArray:
-        raise InputDataError("the dask backend computes the SE kernel only (another kernel is local)")
+        raise InputDataError("on the dask backend the partitions form another kernel's row themselves")
 
     def update(self, msg: StepMessage) -> None:
         gp = self.gp
-        gp._futures = [gp.client.submit(_advance, f, msg, key=gp._key(k)) for k, f in enumerate(gp._futures)]
+        if msg.x is None:  # another kernel: the row the partitions form (``DaskGP._other_kernel_row``)
+            if gp._pending_row is None:
+                raise InputDataError("a step without the SE kernel's factors needs the row kernel's row")
+            msg, gp._pending_row = dataclasses.replace(msg, row=gp._pending_row), None
+        gp._futures = [
+            gp.client.submit(tasks.advance, f, msg, key=gp._key(k)) for k, f in enumerate(gp._futures)
+        ]
+
+
+class HallucinatedRound:
+    """GP-BUCB's round (``shared.bo.strategies.gp_bucb``) with its hallucinated variance on the partitions
+    (``shared.bo.hallucinated.HallucinatedPartition``): the choices and values of the local
+    ``HallucinatedVariance`` over the gathered arrays, bit for bit, moving O(t + r + B) numbers per partition
+    and hallucinated row instead of the n-vectors."""
+
+    def __init__(self, gp: DaskGP, excluded: npt.NDArray[np.bool_], capacity: int) -> None:
+        if gp.row_kernel is not None:
+            raise InputDataError("a hallucinated round needs the SE kernel on the dask backend")
+        self.gp = gp
+        self.noise = float(gp.hp.noise_variance + gp.jitter)  # as ``HallucinatedVariance``
+        m = gp.m
+        self._futures = []
+        for k, (a, b) in enumerate(gp.bounds):
+            mine = np.flatnonzero(excluded[a:b]).astype(np.int64)
+            self._futures.append(
+                gp.client.submit(tasks.round_start, gp._futures[k], m, mine, int(capacity), key=gp._key(k))
+            )
+        self._rows: dict[int, dict[str, Any]] = {}  # global index -> ``HallucinatedPartition.row`` (this k)
+
+    def best(self, scale: float) -> tuple[int, float]:
+        """(index, value) of the first maximum of ``mean + scale std`` over the rows not excluded."""
+        client = self.gp.client
+        found = self.gp._gather(
+            [client.submit(tasks.round_best, f, float(scale), pure=False) for f in self._futures]
+        )
+        k = int(np.argmax(np.array([v[0] for v in found])))
+        value, index, row = found[k]
+        self._rows = {int(index): row}
+        return int(index), float(value)
+
+    def row(self, index: int, scale: float) -> dict[str, Any]:
+        """``HallucinatedPartition.row`` of ``index``: value, excluded, mean, std, var and its columns."""
+        index = int(index)
+        if index not in self._rows:
+            k, local = self.gp._locate(index)
+            future = self.gp.client.submit(tasks.round_row, self._futures[k], local, float(scale), pure=False)
+            self._rows = {index: future.result()}
+        return self._rows[index]
+
+    def add(self, index: int, scale: float) -> None:
+        """A hallucinated observation at ``index`` (``HallucinatedVariance.add``), excluded from now on."""
+        gp, index = self.gp, int(index)
+        row = self.row(index, scale)
+        denom = math.sqrt(max(row["var"], 0.0) + self.noise)
+        owner, local = gp._locate(index)
+        s2 = float(gp.hp.signal_variance)
+        self._futures = [
+            gp.client.submit(
+                tasks.round_add,
+                f,
+                row["S"],
+                row["sq"],
+                row["A"],
+                s2,
+                row["b"],
+                denom,
+                local if k == owner else None,
+                key=gp._key(k),
+            )
+            for k, f in enumerate(self._futures)
+        ]
+        self._rows = {}

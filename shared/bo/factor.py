@@ -278,6 +278,18 @@ class FactorRows:
         parts = [block[:, indices] for block in self._used()]
         return np.concatenate(parts, axis=0).astype(np.float64) if parts else np.empty((0, indices.size))
 
+    def gram_columns(self, columns: FloatArray) -> FloatArray:
+        """``C^T A`` [p, n] for ``C`` = some candidates' columns of the factor [t, p] (``columns``, float64),
+        block by block as ``gram_rows`` (the same products when C = ``A[:, indices]``: a partition of a
+        distributed GP given the columns of candidates held by other partitions, ``shared.bo.dask_gp``)."""
+        out = np.zeros((columns.shape[1], self.n))
+        start = 0
+        for block in self._used():
+            rows = block.shape[0]
+            out += columns[start : start + rows].T @ np.asarray(block, dtype=np.float64)
+            start += rows
+        return out
+
     def gram_rows(self, indices: npt.NDArray[np.int64]) -> FloatArray:
         """``A[:, indices]^T A`` [p, n], block by block (in float64 whatever the storage)."""
         out = np.zeros((indices.size, self.n))

@@ -221,6 +221,15 @@ class GaussianProcess(Float32Bounds):
         """The kernel row over all n (``Partition._kernel_row_whole``)."""
         self._part._kernel_row_whole(factors, out)
 
+    def _other_kernel_row(self, j: int, idx: npt.NDArray[np.int64]) -> FloatArray:
+        """Another kernel's step (``kernel_row`` overridden): its row k(Z_j, Z) into the partition's row
+        buffer, and ``k(Z_I, Z_j)`` [t] read from it (``shared.bo.dask_gp`` sends the partitions the kernel
+        instead and computes the t entries itself)."""
+        a = self._part.row_buffer()
+        a[:] = self.kernel_row(j)
+        out: FloatArray = a[idx]
+        return out
+
     def kernel_row(self, j: int) -> FloatArray:
         """k(Z_j, Z) [n] in O(n r)."""
         out = np.empty(self.n)
@@ -256,9 +265,7 @@ class GaussianProcess(Float32Bounds):
         factors = self._kernel_factors(j)
         idx = self._idx[:t]
         if factors is None:  # another kernel: its row, whole
-            a = self._part.row_buffer()
-            a[:] = self.kernel_row(j)
-            k_old = a[idx]
+            k_old = self._other_kernel_row(j, idx)
         else:  # k(Z_I, Z_j) [t] from the same product and element-wise steps as the pass's
             k_old = factors[0] @ self._st_columns(idx)
             se_finish_log(k_old, *factors[1:])
@@ -343,6 +350,10 @@ class GaussianProcess(Float32Bounds):
         if self.t:
             K -= self._A.gram_rows(idx)
         return K
+
+    def variance_at(self, index: int) -> float:
+        """``variance()[index]`` without the other n - 1 values (a distributed GP asks one partition)."""
+        return float(np.maximum(self._var[int(index)], 0.0))
 
     def std(self) -> FloatArray:
         """Posterior standard deviation of f at every candidate [n] (GPML Alg. 2.1 line 6)."""

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from scipy.linalg import solve_triangular
 
 from shared.bo.factor import SPARE_MIN_BYTES, FactorRows, give_back, take_spare
-from shared.bo.kernels import se_finish_log, se_matrix
+from shared.bo.kernels import kernel_matrix, se_finish_log, se_from_sqdist, se_matrix, sqdist_from_gram
 from shared.bo.parallel import CHUNK, argmax, chunk_buffer, in_parallel, split
 
 FloatArray = npt.NDArray[np.float64]
@@ -70,7 +70,10 @@ class StepMessage:
     """What the driver sends every partition for one observation (about 8 (t + r) bytes).
 
     ``x``, ``shift``, ``log_s2``: the chosen row's kernel factors (``GaussianProcess._kernel_factors``), or
-    ``x`` None when the caller has put another kernel's row into ``Partition.row_buffer()`` itself.
+    ``x`` None when the caller has put another kernel's row into ``Partition.row_buffer()`` itself, or when
+    ``row`` = (kind, lengthscale, z_j) names another kernel (``shared.bo.kernels.RowKernel``: SE or Matern-5/2
+    from ``scaled_sqdist``, each entry a function of its two rows alone) whose row the partition forms over
+    its own range (``shared.bo.dask_gp``: the heavy-tailed / LDP strategies' ``KernelGP`` on Dask).
     ``lvec`` = L^{-1} k(Z_I, z_j) [t]; ``w``, ``u``: the new entries of L^{-1} y and L^{-1} 1; ``inv`` =
     1 / l_tt; ``ucb``: (c, m) to write ``mean + c std`` in the same pass, or None.
     """
@@ -84,6 +87,7 @@ class StepMessage:
     u: float
     inv: float
     ucb: tuple[float, float] | None
+    row: tuple[str, float, FloatArray] | None = None
 
 
 def kernel_factors(column: FloatArray, log_s2: float) -> tuple[FloatArray, float]:
@@ -213,6 +217,9 @@ class Partition:
         if msg.t != self.A.t:
             raise ValueError(f"a step for t = {msg.t} reached a partition at t = {self.A.t}")
         a = self.row_buffer()
+        if msg.x is None and msg.row is not None:  # another kernel's row, over this range (``StepMessage``)
+            kind, lengthscale, z = msg.row
+            a[:] = kernel_matrix(z[None, :], self.Z, kind=kind, lengthscale=lengthscale)[0]
         row = None if self._row is None else self.A.next_row()
         x = msg.lvec.astype(self.A.dtype) if msg.lvec.size else None
         dtype = self.A.dtype
@@ -346,6 +353,19 @@ class Partition:
         i = int(local)
         mean = float(self.p[i] + m * (1.0 - self.q[i])) if m else float(self.p[i])
         return mean, math.sqrt(max(float(self.var[i]), 0.0))
+
+    def covariance_columns(
+        self, S_idx: FloatArray, sq_idx: FloatArray, A_idx: FloatArray, signal_variance: float
+    ) -> FloatArray:
+        """This partition's columns of ``GaussianProcess.covariance_rows`` [p, n_p] (``k(Z_p, Z) - A[:, p]^T
+        A``) from the rows' columns of ``[Z/l]`` (``S_idx`` [r, p]), their squared norms ``sq_idx`` [p] and
+        their columns of the factor ``A_idx`` [t, p]: the local method's operations, over this range."""
+        S = self.ST[:-1]
+        sq = sqdist_from_gram(sq_idx, self.sqnorm, S_idx.T @ S)
+        K = se_from_sqdist(sq, signal_variance, out=sq)
+        if self.t:
+            K -= self.A.gram_columns(A_idx)
+        return K
 
     def state_arrays(self) -> dict[str, Any]:
         """The partition's arrays, for tests comparing two loops."""

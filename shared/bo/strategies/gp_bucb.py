@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
-from shared.bo.acquisition import UCB
+from shared.bo.acquisition import UCB, ucb_details
 from shared.bo.gp import GaussianProcess
 from shared.bo.strategies.base import RowRequest, StrategyParams, register
 from shared.bo.strategies.gp_ucb import GPUCB, GPUCBParams, GPUCBStrategy, gp_ucb_beta
@@ -71,7 +71,9 @@ class HallucinatedVariance:
     """The GP's posterior variance conditioned, in addition, on pending rows whose outcomes are unknown.
 
     Each ``add(j)`` is one rank-one downdate (GP-BUCB's hallucinated observation at row j, Desautels et al.
-    2014, Alg. 1): O(n (t + r + pending)), from the GP's stored factor; the GP itself is not changed.
+    2014, Alg. 1): O(n (t + r + pending)), from the GP's stored factor; the GP itself is not changed. For a
+    GP in this process; on the dask backend the same state lives on the partitions
+    (``shared.bo.hallucinated``, ``GPBUCBStrategy._plan_on_partitions``).
     """
 
     def __init__(self, gp: GaussianProcess, capacity: int) -> None:
@@ -141,9 +143,9 @@ class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
         super().__init__(Z, params, state)
 
     def make_engine(self, params: GPBUCBParams) -> GPUCB:
-        """GP-UCB's engine, kept in this process: the hallucinated variances read the factor's columns
-        (``GaussianProcess.covariance_rows``), which the dask backend does not serve yet."""
-        return GPUCB(self.Z, **params.engine_options(), distributable=False)
+        """GP-UCB's engine, its GP on the process's backend (``shared.bo.backend``). On the dask backend a
+        round's hallucinated variance lives on the GP's partitions too (``plan``)."""
+        return GPUCB(self.Z, **params.engine_options())
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         """One round of Algorithm 1: ``min(batch_size, budget)`` distinct rows (fewer when rows run out)."""
@@ -153,11 +155,11 @@ class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
         gp = engine.gp
         size = min(params.batch_size, int(budget))
         t0 = gp.t  # observations so far (the last feedback)
+        if getattr(gp, "hallucinated_round", None) is not None:  # a distributed GP
+            return self._plan_on_partitions(gp, size, t0)
         mean = gp.mean()  # mu_fb: fixed for the whole round
         hallucinated = HallucinatedVariance(gp, size)
-        excluded = engine.queried if engine.exclude_queried else np.zeros(self.n, dtype=bool)
-        if self.unavailable is not None:
-            excluded |= self.unavailable
+        excluded = self._excluded()
         hp = engine.hyperparameters.as_dict()
         requests: list[RowRequest] = []
         for j in range(size):
@@ -181,4 +183,56 @@ class GPBUCBStrategy(GPUCBStrategy[GPBUCBParams]):
             excluded[index] = True  # never twice in one round, even with exclude_queried = False
             if j + 1 < size:
                 hallucinated.add(index)
+        return requests
+
+    def _excluded(self) -> npt.NDArray[np.bool_]:
+        """[n] the rows a round never chooses: the queried ones (``exclude_queried``) and the unavailable."""
+        engine = self.engine
+        excluded = engine.queried if engine.exclude_queried else np.zeros(self.n, dtype=bool)
+        if self.unavailable is not None:
+            excluded |= self.unavailable
+        return excluded
+
+    def _plan_on_partitions(self, gp: Any, size: int, t0: int) -> list[RowRequest]:
+        """``plan``'s round on a distributed GP (``shared.bo.dask_gp.DaskGP.hallucinated_round``): the
+        feedback mean and the hallucinated variance stay on the partitions (``shared.bo.hallucinated``), each
+        choice is the first of their first maxima and each hallucinated row sends them O(t + r + B) numbers;
+        the same rows, values, means and stds as the local round bit for bit, gathering no n-vector."""
+        params = self.params
+        excluded = self._excluded()
+        hp = self.engine.hyperparameters.as_dict()
+        hallucinated = gp.hallucinated_round(excluded, size)
+        requests: list[RowRequest] = []
+        for j in range(size):
+            t = t0 + j + 1
+            beta = params.beta_scale * gp_bucb_beta(self.n, t, params.delta_prime, params.beta_multiplier)
+            scale = math.sqrt(beta)
+            play = t - 1
+            if play < len(self.initial) and not excluded[int(self.initial[play])]:
+                index, source = int(self.initial[play]), "initial"
+                value = hallucinated.row(index, scale)["value"]
+            else:  # ``UCB.choose`` then ``UCB.argmax`` (an initial row the grant cannot answer: skipped)
+                index, value = hallucinated.best(scale)
+                source = "gp-bucb"
+                if not math.isfinite(value):
+                    if j == 0:
+                        raise StrategyError(
+                            f"every one of the {self.n} candidates has been queried already or is excluded"
+                        )
+                    break
+            row = hallucinated.row(index, scale)
+            details = ucb_details(
+                source=source,
+                acquisition=value,
+                beta=beta,
+                mean=row["mean"],
+                std=row["std"],
+                hyperparameters=hp,
+                position=j,
+                batch_size=params.batch_size,
+            )
+            requests.append(RowRequest(index, details))
+            excluded[index] = True
+            if j + 1 < size:
+                hallucinated.add(index, scale)
         return requests

@@ -89,7 +89,7 @@ class GPUCB:
     ``spill`` / ``spill_directory``: where the GP's factor goes when it does not fit in memory
     (``shared.bo.factor``); ``factor_dtype="float32"`` halves the bytes each step reads (not exact: see
     docs/performance.md for what it changes). ``distributable``: the GP may live on the process's Dask
-    cluster (``shared.bo.backend``; GP-BUCB's hallucinated variances read the factor locally).
+    cluster (``shared.bo.backend``; False keeps it in this process).
     """
 
     def __init__(

@@ -101,14 +101,14 @@ def measure(client: Any, n: int, steps: int, partitions: int, seed: int = 0) -> 
 def _partition_compute(engine: GPUCB, client: Any) -> float:
     """Seconds one partition spends on one more step's update pass, measured on its worker (the median
     over the partitions): the compute the model scales."""
-    from shared.bo import dask_gp
+    from shared.bo import dask_tasks
 
     gp: Any = engine.gp
     futures = list(gp._futures)
 
     def timed(part: Any, msg: StepMessage) -> float:
         t0 = time.perf_counter()
-        dask_gp._advance(part, msg)
+        dask_tasks.advance(part, msg)
         return time.perf_counter() - t0
 
     t = gp.t

@@ -30,6 +30,11 @@ Cost per round, u distinct rows played, m = m_t: kernel block k(D, Z) O(n m r), 
 V~ and its eigendecomposition O(u m^2 + m^3), the truncation of the whole history O(t m) -- re-truncating
 every past reward at every round is inherent to Algorithm 1 (Zhou & Tan, Sec. 4.2). A rebuild replays the
 rounds evaluating the posterior only at the played rows (O(u m^2) per round), and at every row for the last.
+
+Backend: runs in the modeler's process under ``backend: dask`` too, because it has no incremental GP to put
+on the partitions (``shared.bo.dask_gp``): every round resamples the Nystrom dictionary and recomputes the
+approximate posterior at all n from a new [m, n] kernel block (``common.approximate_posterior``), products
+over the m atoms whose per-column bits on a partition have not been checked against the local BLAS calls.
 """
 
 from __future__ import annotations

@@ -38,6 +38,11 @@ estimate). No value is imputed. A short epoch ends the study: ``plan`` refuses t
 Cost per epoch (u distinct rows among the n epochs, m = m_n): features and sigma~ at every candidate
 O(N_cand m (m + r)), V~ and its Cholesky O(u m^2 + m^3), the k LSEs O(n m k + m^2 k), distances O(k^2 m).
 A rebuild replays the epochs evaluating the posterior only at the played rows, and at every row for the last.
+
+Backend: runs in the modeler's process under ``backend: dask`` too, because it has no incremental GP to put
+on the partitions (``shared.bo.dask_gp``): every epoch resamples the Nystrom dictionary and recomputes the
+approximate posterior at all n from a new [m, n] kernel block (``common.approximate_posterior``), products
+over the m atoms whose per-column bits on a partition have not been checked against the local BLAS calls.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ Each reward is truncated once, with the b of its own round, so the posterior is 
 (prior mean 0, noise variance lambda) on the truncated rewards, grown incrementally:
 ``shared.bo.gp.GaussianProcess`` with the kernel of ``shared.bo.kernels``. Per step: O(n (t + r)) (one
 kernel row, one triangular solve, one new row of the factor) plus O(n) for the acquisition; memory O(n t).
+On the dask backend (``shared.bo.backend``) the GP is a ``shared.bo.dask_gp.DaskGP`` with the same row
+kernel (SE or Matern-5/2), its per-candidate state on the workers: a round moves O(t + r) numbers, and the
+choices and UCB values are those of the local loop bit for bit (``kernel_gp``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from shared.bo.acquisition import UCB
+from shared.bo.acquisition import ucb_details, ucb_value
+from shared.bo.backend import make_gp, uses_dask
 from shared.bo.gp import GaussianProcess, Hyperparameters
 from shared.bo.kernels import RowKernel
 from shared.bo.strategies.base import Answer, RowRequest, StrategyParams, register
@@ -51,9 +55,11 @@ from shared.bo.strategies.heavy_tailed.common import (
     Tails,
     ln_or_zero,
 )
+from shared.errors import StrategyError
 
 __all__ = [
     "KernelGP",
+    "kernel_gp",
     "LDPTGPUCBStrategy",
     "TGPParams",
     "TGPUCBStrategy",
@@ -116,6 +122,16 @@ class KernelGP(GaussianProcess):
         return self.row_kernel.block(indices)
 
 
+def kernel_gp(kernel: RowKernel, lam: float) -> GaussianProcess:
+    """The strategy's GP: a local ``KernelGP``, or on the dask backend a ``DaskGP`` with the same row kernel
+    (each partition forms its range of every kernel row with ``kernel``'s formula, entry by entry the bits of
+    the local row, ``shared.bo.dask_gp``): the same choices and UCB values either way."""
+    if not uses_dask():
+        return KernelGP(kernel, lam)
+    hp = Hyperparameters(lengthscale=kernel.lengthscale, signal_variance=1.0, noise_variance=lam)
+    return make_gp(kernel.Z, hp, prior_mean="zero", row_kernel=kernel)
+
+
 class TGPParams(HeavyTailedParams):
     """Parameters of ``tgp-ucb`` (Chowdhury & Gopalan 2019): B, v, alpha and the common fields."""
 
@@ -138,7 +154,7 @@ class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
 
     def __init__(self, Z: npt.ArrayLike, params: TGPParams | LDPTGPParams, state: Mapping[str, Any]) -> None:
         super().__init__(Z, params, state)
-        self.gp = KernelGP(self.kernel, params.lam)
+        self.gp = kernel_gp(self.kernel, params.lam)
         self.info_gain = 0.0  # 1/2 log det(I + K_t / lambda) of the plays so far
         self.truncated = 0  # how many rewards were zeroed
 
@@ -152,13 +168,32 @@ class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
         return tgp_beta(self.tails, t, self.info_gain, lam=p.lam, delta=p.delta, multiplier=p.beta_multiplier)
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
+        """The initial row of the play while there is one (``UCB.choose``), else the first maximum of ``mu +
+        beta sigma`` (Alg. 2 line 6: beta, not sqrt) over the rows not ``unavailable``, found by the GP
+        (``ucb_argmax``: mean + beta std, zero prior mean; a distributed GP answers without gathering n
+        values); the details are those of ``UCB.details`` (the same numbers, computed at the row)."""
         t = self.t + 1
         beta = self.beta(t)
-        ucb = UCB.of(self.gp.mean(), self.gp.std(), beta, scale=beta)  # Alg. 2 line 6: beta, not sqrt
-        index, source = ucb.choose(self.initial, t - 1, self.name, unavailable=self.unavailable)
-        details = ucb.details(
-            index,
+        blocked = self.unavailable
+        play = t - 1
+        if play < len(self.initial) and (blocked is None or not blocked[self.initial[play]]):
+            index, source = int(self.initial[play]), "initial"
+        else:
+            excluded = np.flatnonzero(blocked) if blocked is not None else np.empty(0, dtype=np.int64)
+            index, value = self.gp.ucb_argmax(beta, excluded)
+            if blocked is not None and not np.isfinite(value):
+                raise StrategyError(
+                    f"no row is left to choose: all {self.n} are excluded (queried already, or their "
+                    "person cannot afford another answer under the study's grant)"
+                )
+            source = self.name
+        mean, std = self.gp.posterior_at(index)
+        details = ucb_details(
             source=source,
+            acquisition=ucb_value(mean, std, beta),
+            beta=beta,
+            mean=mean,
+            std=std,
             t=t,
             b_t=tgp_truncation(self.tails, t),
             info_gain=self.info_gain,
@@ -176,7 +211,7 @@ class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
             b = tgp_truncation(self.tails, t)
             kept = value if abs(value) <= b else 0.0  # Alg. 2 line 8: zeroed, each reward once
             self.truncated += int(abs(value) > b)
-            var_j = float(self.gp.variance()[j])
+            var_j = self.gp.variance_at(j)
             self.info_gain += 0.5 * math.log1p(var_j / self.params.lam)
             self.gp.add(j, kept)
 
