@@ -47,8 +47,9 @@ class Settings(ServiceSettings, DaskSettings):
         default=None,
         description="The Dask workers can read this service's data_dir at the same path (one host, or a "
         "shared file system): each partition then loads its own rows of a study's stored Z, and no rows "
-        "travel through the scheduler. Unset: true for the local cluster (DASK_ADDRESS unset), false for a "
-        "remote one (each partition's rows are then sent in its first task).",
+        "travel through the scheduler. Unset: true for the local cluster (DASK_ADDRESS and "
+        "DASK_GATEWAY_ADDRESS unset), false for a remote one (each partition's rows are then sent in its "
+        "first task).",
     )
     curator_timeout: float = Field(default=30.0, gt=0, description="Seconds per curator request.")
     curator_retries: int = Field(default=4, ge=0, le=20, description="Retries of a failed curator request.")

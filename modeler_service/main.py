@@ -132,7 +132,7 @@ def _start_backend(settings: Settings) -> Any:
     set_dask_backend(
         client,
         settings.dask_partitions,
-        workers_read_files=settings.dask_address is None if reads is None else reads,
+        workers_read_files=settings.dask_local_cluster if reads is None else reads,
     )
     log.info("GP-UCB loops run on the Dask cluster at %s", client.scheduler_info().get("address"))
     return client

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -80,11 +80,13 @@ class ComputeBackend:
         address: str | None = None,
         tls: tuple[Path, Path, Path] | None = None,
         local_workers: int = 2,
+        connect: Callable[[], Client] | None = None,
     ) -> None:
         self.kind = kind
         self.address = address
         self.tls = tls
         self.local_workers = local_workers
+        self._connect = connect  # the settings' dask_client (a dask-gateway cluster too); None: connect()
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -96,12 +98,15 @@ class ComputeBackend:
             address=settings.dask_address,
             tls=(ca, cert, key) if ca is not None and cert is not None and key is not None else None,
             local_workers=settings.dask_local_workers,
+            connect=settings.dask_client,
         )
 
     def client(self) -> Client:
         """The Dask client of this process (connecting at the first call; ``kind`` must be ``dask``)."""
         with self._lock:
-            if self._client is None:
+            if self._client is None and self._connect is not None:
+                self._client = self._connect()
+            elif self._client is None:
                 from shared.distributed.cluster import connect
 
                 ca, cert, key = self.tls or (None, None, None)

@@ -1,5 +1,6 @@
-"""Where a GP-UCB loop keeps its per-candidate state: in this process (``local``, the default) or on a
-Dask cluster (``shared.bo.dask_gp``), chosen once per process (the modeler's ``backend`` setting).
+"""Where a GP loop keeps its per-candidate state: in this process (``local``, the default) or on a Dask
+cluster (``shared.bo.dask_gp`` for GP-UCB, GP-BUCB and TGP; ``shared.bo.dask_nystrom`` for ATA and MoMA),
+chosen once per process (the modeler's ``backend`` setting).
 
 A strategy asks ``make_gp`` for its GP; the choices and acquisition values are the same bit for bit either
 way (``shared.bo.partition``), so the backend is an operational choice, never a statistical one.

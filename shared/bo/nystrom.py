@@ -32,11 +32,19 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from shared.bo.parallel import one_blas_thread
 from shared.errors import InputDataError
 
 FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["NystromEmbedding", "inclusion_probabilities", "pinv_sqrt", "sample_dictionary"]
+__all__ = [
+    "NystromEmbedding",
+    "inclusion_probabilities",
+    "pinv_sqrt",
+    "posterior_factors",
+    "posterior_from_block",
+    "sample_dictionary",
+]
 
 #: Relative eigenvalue cut-off of the pseudo-inverse square root (numpy.linalg.pinv's default scale).
 DEFAULT_RCOND = 1e-10
@@ -107,3 +115,30 @@ class NystromEmbedding:
             raise InputDataError(f"k_D must have {self.m} rows (one per atom), got {k_D.shape[0]}")
         out: FloatArray = self.W @ k_D
         return out
+
+
+def posterior_factors(
+    emb: NystromEmbedding, theta: FloatArray, root_inv: FloatArray, lam: float
+) -> tuple[FloatArray, FloatArray]:
+    """``(W^T theta [m], M [m, m])``, ``M = W^T W - lambda (A W)^T (A W)`` for any A with A^T A = V~^{-1}: the
+    small factors of the approximate posterior (``posterior_from_block``), formed once per update."""
+    AW = root_inv @ emb.W
+    M: FloatArray = emb.W.T @ emb.W - lam * (AW.T @ AW)
+    w_theta: FloatArray = emb.W.T @ theta
+    return w_theta, M
+
+
+def posterior_from_block(
+    k_D: FloatArray, w_theta: FloatArray, M: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """``mu~ = (W^T theta)^T k_D`` and ``sigma~^2 = max(1 - k_D^T M k_D, 0)`` per column of k_D [m, c].
+
+    Per column the same operations whatever the other columns: the column ranges of the dask backend
+    (``shared.bo.dask_nystrom``; ranges starting at multiples of 64 columns) give the bits of one call over
+    every candidate. BLAS runs on one thread here, on either backend: a threaded BLAS may give other last bits
+    for ``M @ k_D`` (measured with OpenBLAS 0.3.31 at 2 threads, for many m >= 10), so the choices would
+    depend on the machine's core count and on the backend."""
+    with one_blas_thread():
+        mean: FloatArray = w_theta @ k_D
+        var: FloatArray = 1.0 - np.einsum("ij,ij->j", k_D, M @ k_D)
+    return mean, np.maximum(var, 0.0)

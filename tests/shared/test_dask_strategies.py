@@ -205,3 +205,152 @@ def test_a_memory_mapped_z_reaches_the_partitions_as_its_file(dask_client: Any, 
             set_dask_backend(None)
     assert paths == [None, None, str(path)]
     assert traces[0] == traces[1] == traces[2]
+
+
+# ------------------------------------------------------------------ the Nystrom strategies (ATA, MoMA)
+#: A beta that explores (a new row most rounds, so the dictionary grows) within a short test.
+EXPLORE = {"beta_multiplier": 0.1}
+
+
+def _nystrom_loop(
+    name: str,
+    raw: dict[str, Any],
+    *,
+    T: int,
+    n: int = 3000,
+    r: int = 5,
+    seed: int = 0,
+    unavailable: np.ndarray | None = None,
+) -> tuple[list[tuple[int, dict[str, Any]]], Any, list[list[Answer]]]:
+    """``_loop`` for the strategies without a GP: the trace (floats as hex), the strategy's remote posterior
+    (None on the local backend), and the rounds of answers (for a rebuild)."""
+    Z, f = _problem(n, r, seed)
+    cls = get_strategy(name)
+    params = parse_params(name, raw)
+    state = cls.initial_state(params, n=n, budget=T, rng=np.random.default_rng(seed + 1))
+    s = cls(Z, params, state)
+    if unavailable is not None:
+        blocked = unavailable.copy()
+        blocked[state["initial_indices"][1]] = True
+        s.exclude_rows(blocked)
+    rng = np.random.default_rng(seed + 2)
+    trace: list[tuple[int, dict[str, Any]]] = []
+    rounds: list[list[Answer]] = []
+    left = T
+    while left > 0:
+        requests = s.plan(budget=left, rng=rng)
+        for q in requests:
+            trace.append((q.index, {k: v.hex() if isinstance(v, float) else v for k, v in q.details.items()}))
+        rounds.append([Answer(q, float(f[q.index] + 0.1 * rng.standard_normal())) for q in requests])
+        s.observe(rounds[-1])
+        left -= len(requests)
+    for i in (trace[-1][0], 0, n - 1):
+        mean = s.posterior_mean(i)
+        trace.append((i, {"posterior_mean": None if mean is None else mean.hex()}))
+    return trace, getattr(s, "remote"), rounds  # noqa: B009 (the Nystrom strategies' own attribute)
+
+
+def _same_nystrom_on_both_backends(
+    name: str,
+    raw: dict[str, Any],
+    client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    partitions: int | None = None,
+    **kwargs: Any,
+) -> list[list[Answer]]:
+    """The local loop, then the dask loop (which reads the posterior at a few rows only), compared."""
+    from shared.bo.dask_nystrom import NystromPosterior
+
+    reads: list[int] = []
+    at = NystromPosterior.at
+
+    def counted(self: NystromPosterior, indices: Any, scale: float = 0.0) -> Any:
+        reads.append(int(np.atleast_1d(indices).size))
+        return at(self, indices, scale)
+
+    set_dask_backend(None)
+    local, local_remote, rounds = _nystrom_loop(name, raw, **kwargs)
+    set_dask_backend(client, partitions)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(NystromPosterior, "at", counted)
+            remote, posterior, _ = _nystrom_loop(name, raw, **kwargs)
+    finally:
+        set_dask_backend(None)
+    assert local_remote is None and isinstance(posterior, NystromPosterior)
+    assert len(posterior.bounds) == (partitions or 2)
+    assert reads and max(reads) <= kwargs["T"]  # the played rows at most: no n-vector to the driver
+    assert len(local) == kwargs["T"] + 3
+    for key in ("acquisition", "mean", "std"):
+        assert all(key in d for _, d in local[: kwargs["T"]])
+    assert any(d["source"] == name for _, d in local[: kwargs["T"]])
+    assert remote == local
+    return rounds
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("ata-gp-ucb", HT),
+        ("moma-gp-ucb", {**HT, **EXPLORE, "k": 3}),
+        ("ldp-ata-gp-ucb", {**LDP, **EXPLORE}),
+        ("ldp-moma-gp-ucb", {**LDP, **EXPLORE}),
+    ],
+    ids=["ata-gp-ucb", "moma-gp-ucb", "ldp-ata-gp-ucb", "ldp-moma-gp-ucb"],
+)
+def test_nystrom_strategies_make_the_same_choices_bit_for_bit(
+    name: str, raw: dict[str, Any], dask_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each round's (MoMA: epoch's) approximate posterior at all n is formed on the partitions from the
+    driver's dictionary factors (``shared.bo.dask_nystrom``): same choices, UCB value, mean and std."""
+    _same_nystrom_on_both_backends(name, raw, dask_backend, monkeypatch, T=25, seed=5)
+
+
+def test_ldp_ata_matern_with_unavailable_rows_on_three_partitions(
+    dask_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = np.zeros(3000, dtype=bool)
+    blocked[1::3] = True
+    raw = {**LDP, "kernel": "matern52", "lengthscale": 0.8, "initial_points": 3}
+    _same_nystrom_on_both_backends(
+        "ldp-ata-gp-ucb", raw, dask_backend, monkeypatch, partitions=3, T=20, seed=7, unavailable=blocked
+    )
+
+
+def test_moma_with_a_per_row_cap_and_a_short_last_epoch(
+    dask_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MoMA's cap on plays per row excludes rows before the argmax (here it moves the choice off a row the
+    uncapped loop plays four epochs running; the any-finite check runs on the partitions' answers);
+    T = 23 with k = 3 ends on a short epoch."""
+    raw = {**HT, "k": 3, "initial_points": 2, "max_plays_per_row": 5}
+    _same_nystrom_on_both_backends("moma-gp-ucb", raw, dask_backend, monkeypatch, partitions=3, T=23)
+
+
+@pytest.mark.parametrize("name", ["ldp-ata-gp-ucb", "moma-gp-ucb"])
+def test_a_rebuilt_nystrom_strategy_is_the_local_rebuild(
+    name: str, dask_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``from_history`` replays on the driver at the played rows, then forms the last posterior on the
+    partitions: the next plan and the posterior mean are the local rebuild's bit for bit."""
+    raw = {**(LDP if name.startswith("ldp") else HT), **EXPLORE}
+    rounds = _same_nystrom_on_both_backends(name, raw, dask_backend, monkeypatch, T=15, seed=9)
+    Z, _ = _problem(3000, 5, 9)
+    cls = get_strategy(name)
+    params = parse_params(name, raw)
+    state = cls.initial_state(params, n=3000, budget=40, rng=np.random.default_rng(10))
+    plans = []
+    for client in (None, dask_backend):
+        set_dask_backend(client)
+        try:
+            s = cls.from_history(Z, params, state, rounds)
+            plans.append(
+                [
+                    (q.index, {k: v.hex() if isinstance(v, float) else v for k, v in q.details.items()})
+                    for q in s.plan(budget=25, rng=np.random.default_rng(0))
+                ]
+                + [(i, s.posterior_mean(i).hex()) for i in (rounds[-1][0].request.index, 17)]
+            )
+        finally:
+            set_dask_backend(None)
+    assert plans[0] == plans[1]

@@ -31,10 +31,12 @@ V~ and its eigendecomposition O(u m^2 + m^3), the truncation of the whole histor
 every past reward at every round is inherent to Algorithm 1 (Zhou & Tan, Sec. 4.2). A rebuild replays the
 rounds evaluating the posterior only at the played rows (O(u m^2) per round), and at every row for the last.
 
-Backend: runs in the modeler's process under ``backend: dask`` too, because it has no incremental GP to put
-on the partitions (``shared.bo.dask_gp``): every round resamples the Nystrom dictionary and recomputes the
-approximate posterior at all n from a new [m, n] kernel block (``common.approximate_posterior``), products
-over the m atoms whose per-column bits on a partition have not been checked against the local BLAS calls.
+Backend: under ``backend: dask`` the posterior over the n candidates lives on the cluster's partitions
+(``shared.bo.dask_nystrom``): every round this process forms the dictionary, its embedding and the O(m^2)
+factors of the approximate posterior as above, and each partition forms its range of mu~ and sigma~ from
+them (``common.approximate_posterior``'s per-column operations), answering with its first UCB maximum;
+the variance at the played rows (the next dictionary's weights) is read from the partitions. Same choices
+and request details bit for bit as the local backend with BLAS on one thread.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.bo.acquisition import UCB
+from shared.bo.dask_nystrom import RemoteUCB, nystrom_posterior
 from shared.bo.nystrom import NystromEmbedding, sample_dictionary
 from shared.bo.strategies.base import Answer, RowRequest, StrategyParams, register
 from shared.bo.strategies.heavy_tailed.common import (
@@ -134,8 +137,10 @@ class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
         self.theta: FloatArray = np.zeros(0)
         self.root_inv: FloatArray = np.zeros((0, 0))  # V~^{-1/2}
         self.truncated = 0  # rewards-times-coordinates zeroed at the last update
-        self.mean: FloatArray = np.zeros(self.n)
-        self.var: FloatArray = np.ones(self.n)
+        # the posterior at every row: here, or on the dask backend's partitions (``shared.bo.dask_nystrom``)
+        self.remote = nystrom_posterior(self.Z, self.kernel)
+        self.mean: FloatArray = np.zeros(self.n if self.remote is None else 0)
+        self.var: FloatArray = np.ones(self.n if self.remote is None else 0)
 
     @property
     def t(self) -> int:
@@ -149,12 +154,18 @@ class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
         )  # fmt: skip
 
     def posterior_mean(self, index: int) -> float | None:
+        if self.remote is not None:
+            return self.remote.mean_at(int(index))
         return float(self.mean[int(index)])
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         t = self.t + 1
         beta = self.beta()
-        ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 1 line 4
+        ucb: UCB | RemoteUCB
+        if self.remote is None:
+            ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 1 line 4
+        else:
+            ucb = self.remote.ucb(beta, scale=beta, unavailable=self.unavailable)
         index, source = ucb.choose(self.initial, t - 1, self.name, unavailable=self.unavailable)
         details = ucb.details(
             index,
@@ -173,7 +184,8 @@ class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
         idx = np.asarray(self._idx, dtype=np.int64)
         y = np.asarray(self._y, dtype=np.float64)
         rows, inverse, counts = np.unique(idx, return_inverse=True, return_counts=True)
-        keep = sample_dictionary(self.var[rows], self.q, nystrom_rng(self.seed, t, self.rng_tag))
+        var_rows = self.var[rows] if self.remote is None else self.remote.var_at(rows)
+        keep = sample_dictionary(var_rows, self.q, nystrom_rng(self.seed, t, self.rng_tag))
         atoms = rows[keep]
         self.m = int(atoms.size)
         self._b.append(ata_truncation(self.tails, t, self.m, T=self.T, delta=self.params.delta))
@@ -189,8 +201,13 @@ class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
             kept = np.abs(w) <= np.asarray(self._b)[None, :]
             self.truncated = int(kept.size - np.count_nonzero(kept))
             self.theta = self.root_inv @ np.where(kept, w, 0.0).sum(axis=1)
+        if self.remote is not None and cols is None:
+            self.remote.update(self.emb, self.theta, self.root_inv, lam)
+            return
         mean, var = approximate_posterior(self.kernel, self.emb, self.theta, self.root_inv, lam, cols)
-        if cols is None:
+        if self.remote is not None and cols is not None:
+            self.remote.set_columns(cols, mean, var)
+        elif cols is None:
             self.mean, self.var = mean, var
         else:
             self.mean[cols], self.var[cols] = mean, var

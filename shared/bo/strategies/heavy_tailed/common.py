@@ -46,7 +46,7 @@ from typing_extensions import TypeVar
 
 from shared.bo.gp import median_distance
 from shared.bo.kernels import RowKernel
-from shared.bo.nystrom import NystromEmbedding
+from shared.bo.nystrom import NystromEmbedding, posterior_factors, posterior_from_block
 from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams
 from shared.errors import InputDataError
 
@@ -301,9 +301,7 @@ def approximate_posterior(
         return np.zeros(c), np.ones(c)
     # With phi~ = W k_D: mu~ = (W theta)^T k_D and |phi~|^2 - lambda |A phi~|^2 = k_D^T M k_D,
     # M = W^T W - lambda (A W)^T (A W) [m, m]: one m x m by m x c product instead of two.
-    k_D = kernel.block(emb.atoms, cols)  # [m, c]
-    AW = root_inv @ emb.W
-    M = emb.W.T @ emb.W - lam * (AW.T @ AW)
-    mean: FloatArray = (emb.W.T @ theta) @ k_D
-    var: FloatArray = 1.0 - np.einsum("ij,ij->j", k_D, M @ k_D)
-    return mean, np.maximum(var, 0.0)
+    # (``shared.bo.nystrom.posterior_factors`` / ``posterior_from_block``, which the dask backend's column
+    # ranges run too: ``shared.bo.dask_nystrom``)
+    w_theta, M = posterior_factors(emb, theta, root_inv, lam)
+    return posterior_from_block(kernel.block(emb.atoms, cols), w_theta, M)  # k_D [m, c]

@@ -39,10 +39,12 @@ Cost per epoch (u distinct rows among the n epochs, m = m_n): features and sigma
 O(N_cand m (m + r)), V~ and its Cholesky O(u m^2 + m^3), the k LSEs O(n m k + m^2 k), distances O(k^2 m).
 A rebuild replays the epochs evaluating the posterior only at the played rows, and at every row for the last.
 
-Backend: runs in the modeler's process under ``backend: dask`` too, because it has no incremental GP to put
-on the partitions (``shared.bo.dask_gp``): every epoch resamples the Nystrom dictionary and recomputes the
-approximate posterior at all n from a new [m, n] kernel block (``common.approximate_posterior``), products
-over the m atoms whose per-column bits on a partition have not been checked against the local BLAS calls.
+Backend: under ``backend: dask`` the posterior over the n candidates lives on the cluster's partitions
+(``shared.bo.dask_nystrom``): every epoch this process forms the dictionary, its embedding and the O(m^2)
+factors of the approximate posterior as above, and each partition forms its range of mu~ and sigma~ from
+them (``common.approximate_posterior``'s per-column operations), answering with its first UCB maximum;
+the variance at the played rows (the next dictionary's weights) is read from the partitions. Same choices
+and request details bit for bit as the local backend with BLAS on one thread.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from pydantic import Field, field_validator
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
 from shared.bo.acquisition import UCB
+from shared.bo.dask_nystrom import RemoteUCB, nystrom_posterior
 from shared.bo.nystrom import NystromEmbedding, sample_dictionary
 from shared.bo.strategies.base import Answer, RowRequest, StrategyParams, register
 from shared.bo.strategies.heavy_tailed.common import (
@@ -215,8 +218,10 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
         self.Theta: FloatArray = np.zeros((0, 0))  # the k' least-squares estimates [m, k']
         self.kstar = 0
         self.r: FloatArray = np.zeros(0)
-        self.mean: FloatArray = np.zeros(self.n)
-        self.var: FloatArray = np.ones(self.n)
+        # the posterior at every row: here, or on the dask backend's partitions (``shared.bo.dask_nystrom``)
+        self.remote = nystrom_posterior(self.Z, self.kernel)
+        self.mean: FloatArray = np.zeros(self.n if self.remote is None else 0)
+        self.var: FloatArray = np.ones(self.n if self.remote is None else 0)
 
     def beta(self) -> float:
         p = self.params
@@ -226,6 +231,8 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
         )  # fmt: skip
 
     def posterior_mean(self, index: int) -> float | None:
+        if self.remote is not None:
+            return self.remote.mean_at(int(index))
         return float(self.mean[int(index)])
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
@@ -237,13 +244,17 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
             )
         epoch = len(self.epochs) + 1
         beta = self.beta()
-        ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 3 line 5
+        ucb: UCB | RemoteUCB
+        if self.remote is None:
+            ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 3 line 5
+        else:
+            ucb = self.remote.ucb(beta, scale=beta, unavailable=self.unavailable)
         plays = min(self.k, int(budget))
         cap = self.params.max_plays_per_row
         if cap is not None and self.epochs:
             played = np.bincount(np.asarray(self.epochs), weights=[len(y) for y in self.Y], minlength=self.n)
             ucb.exclude(played + plays > cap)
-            if not np.isfinite(ucb.values).any():
+            if not (ucb.any_finite() if isinstance(ucb, RemoteUCB) else np.isfinite(ucb.values).any()):
                 raise StrategyError(
                     f"every row has been played {cap} times (max_plays_per_row, the grant's per-person cap): "
                     "no row can take another epoch"
@@ -267,7 +278,8 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
         n, lam = len(self.epochs), self.params.lam
         x = np.asarray(self.epochs, dtype=np.int64)
         rows, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-        keep = sample_dictionary(self.var[rows], self.q, nystrom_rng(self.seed, n, self.rng_tag))
+        var_rows = self.var[rows] if self.remote is None else self.remote.var_at(rows)
+        keep = sample_dictionary(var_rows, self.q, nystrom_rng(self.seed, n, self.rng_tag))
         atoms = rows[keep]
         self.m = int(atoms.size)
         width = min(len(y) for y in self.Y)  # the columns observed in every epoch
@@ -287,8 +299,13 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
             self.theta = self.Theta[:, self.kstar]
             L = np.tril(chol[0])
             self.root_inv = solve_triangular(L, np.eye(self.m), lower=True, check_finite=False)
+        if self.remote is not None and cols is None:
+            self.remote.update(self.emb, self.theta, self.root_inv, lam)
+            return
         mean, var = approximate_posterior(self.kernel, self.emb, self.theta, self.root_inv, lam, cols)
-        if cols is None:
+        if self.remote is not None and cols is not None:
+            self.remote.set_columns(cols, mean, var)
+        elif cols is None:
             self.mean, self.var = mean, var
         else:
             self.mean[cols], self.var[cols] = mean, var
