@@ -72,11 +72,12 @@ async def status_codes_at_once(count: int, request: Callable[[int], Awaitable[ob
     return statuses
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
     """A client of a local Dask cluster of two worker processes (``shared.distributed.connect(None)``: TLS
-    with in-memory certificates, one BLAS thread per worker, no spilling), shared by the tests of one pytest
-    process (a cluster takes seconds to start); a test that kills a worker leaves it to its nanny."""
+    with in-memory certificates, one BLAS thread per worker, no spilling), shared by the tests of one module
+    (a cluster takes seconds to start; closed after the module, since its idle workers' heartbeats and
+    profilers take CPU from the rest of the suite); a test that kills a worker leaves it to its nanny."""
     pytest.importorskip("distributed", reason="the dask extra (pobo[dask]) is part of pobo[test]")
     from shared.distributed.cluster import connect
 
