@@ -41,7 +41,7 @@ def _problem(n: int, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return Z, np.sin(Z @ np.linspace(1.0, -0.5, r)) + 0.3 * np.cos(3.0 * Z[:, 0])
 
 
-def _loop(
+def _drive(
     name: str,
     raw: dict[str, Any],
     *,
@@ -50,10 +50,10 @@ def _loop(
     r: int = 5,
     seed: int = 0,
     unavailable: np.ndarray | None = None,
-) -> tuple[list[tuple[int, dict[str, Any]]], str]:
-    """The study's T queries through ``initial_state`` / ``plan`` / ``observe``: every request's row and
-    details (floats as hex), and the type of the strategy's GP. ``unavailable`` [n]: rows never to choose,
-    and the second initial row too (it is skipped for the argmax)."""
+) -> tuple[Any, list[tuple[int, dict[str, Any]]], list[list[Answer]]]:
+    """The study's T queries through ``initial_state`` / ``plan`` / ``observe``: the strategy, every request's
+    row and details (floats as hex), and the rounds of answers (for a rebuild). ``unavailable`` [n]: rows
+    never to choose, and the second initial row too (it is skipped for the argmax)."""
     Z, f = _problem(n, r, seed)
     cls = get_strategy(name)
     params = parse_params(name, raw)
@@ -65,18 +65,28 @@ def _loop(
         s.exclude_rows(blocked)
     rng = np.random.default_rng(seed + 2)
     trace: list[tuple[int, dict[str, Any]]] = []
+    rounds: list[list[Answer]] = []
     left = T
     while left > 0:
         requests = s.plan(budget=left, rng=rng)
         for q in requests:
             trace.append((q.index, {k: v.hex() if isinstance(v, float) else v for k, v in q.details.items()}))
-        s.observe([Answer(q, float(f[q.index] + 0.1 * rng.standard_normal())) for q in requests])
+        rounds.append([Answer(q, float(f[q.index] + 0.1 * rng.standard_normal())) for q in requests])
+        s.observe(rounds[-1])
         left -= len(requests)
+    return s, trace, rounds
+
+
+def _posterior_means(s: Any, rows: list[int]) -> list[tuple[int, dict[str, Any]]]:
+    means = [s.posterior_mean(i) for i in rows]
+    return [(i, {"posterior_mean": None if m is None else m.hex()}) for i, m in zip(rows, means, strict=True)]
+
+
+def _loop(name: str, raw: dict[str, Any], **kwargs: Any) -> tuple[list[tuple[int, dict[str, Any]]], str]:
+    """``_drive``'s trace with the posterior mean at the last row, and the type of the strategy's GP."""
+    s, trace, _ = _drive(name, raw, **kwargs)
     gp = getattr(s, "gp", None) or getattr(s, "engine").gp  # noqa: B009 (typed as the base class)
-    last = trace[-1][0]
-    mean = s.posterior_mean(last)
-    trace.append((last, {"posterior_mean": None if mean is None else mean.hex()}))
-    return trace, type(gp).__name__
+    return trace + _posterior_means(s, [trace[-1][0]]), type(gp).__name__
 
 
 def _no_n_vector(*args: Any, **kwargs: Any) -> Any:
@@ -213,40 +223,12 @@ EXPLORE = {"beta_multiplier": 0.1}
 
 
 def _nystrom_loop(
-    name: str,
-    raw: dict[str, Any],
-    *,
-    T: int,
-    n: int = 3000,
-    r: int = 5,
-    seed: int = 0,
-    unavailable: np.ndarray | None = None,
+    name: str, raw: dict[str, Any], *, n: int = 3000, **kwargs: Any
 ) -> tuple[list[tuple[int, dict[str, Any]]], Any, list[list[Answer]]]:
-    """``_loop`` for the strategies without a GP: the trace (floats as hex), the strategy's remote posterior
-    (None on the local backend), and the rounds of answers (for a rebuild)."""
-    Z, f = _problem(n, r, seed)
-    cls = get_strategy(name)
-    params = parse_params(name, raw)
-    state = cls.initial_state(params, n=n, budget=T, rng=np.random.default_rng(seed + 1))
-    s = cls(Z, params, state)
-    if unavailable is not None:
-        blocked = unavailable.copy()
-        blocked[state["initial_indices"][1]] = True
-        s.exclude_rows(blocked)
-    rng = np.random.default_rng(seed + 2)
-    trace: list[tuple[int, dict[str, Any]]] = []
-    rounds: list[list[Answer]] = []
-    left = T
-    while left > 0:
-        requests = s.plan(budget=left, rng=rng)
-        for q in requests:
-            trace.append((q.index, {k: v.hex() if isinstance(v, float) else v for k, v in q.details.items()}))
-        rounds.append([Answer(q, float(f[q.index] + 0.1 * rng.standard_normal())) for q in requests])
-        s.observe(rounds[-1])
-        left -= len(requests)
-    for i in (trace[-1][0], 0, n - 1):
-        mean = s.posterior_mean(i)
-        trace.append((i, {"posterior_mean": None if mean is None else mean.hex()}))
+    """``_drive`` for the strategies without a GP: the trace with the posterior mean at three rows, the
+    strategy's remote posterior (None on the local backend), and the rounds of answers (for a rebuild)."""
+    s, trace, rounds = _drive(name, raw, n=n, **kwargs)
+    trace += _posterior_means(s, [trace[-1][0], 0, n - 1])
     return trace, getattr(s, "remote"), rounds  # noqa: B009 (the Nystrom strategies' own attribute)
 
 
