@@ -79,7 +79,8 @@ class RowKind(RequestKind):
                 problem = grant_problem(strategy, params, body.iterations, me.output_privacy)
                 if problem is not None:
                     raise Unprocessable(problem)
-                params = fit_to_grant(strategy, params, me.output_privacy)
+            # what the study left out and the grant says (e.g. GP-UCB's noise floor under output privacy)
+            params = fit_to_grant(strategy, params, me.output_privacy)
             # resumed with a range request if the connection drops mid-body; the file name is this
             # study's, so a failed download leaves no partial behind (no later call would continue it)
             digest = client.download_release_rows(

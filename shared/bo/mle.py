@@ -46,15 +46,24 @@ def fit_hyperparameters(
     *,
     initial: Hyperparameters | None = None,
     jitter: float = DEFAULT_JITTER,
-    restarts: int = 3,
+    restarts: int = 4,
     distance_scale: float | None = None,
+    noise_floor: float | None = None,
 ) -> Hyperparameters:
     """Type-II maximum likelihood for (lengthscale, signal variance, noise variance), isotropic.
 
     L-BFGS-B (scipy.optimize) over the log-parameters with analytic gradients, within bounds relative to
     the data: lengthscale in [0.05, 20] x the median pairwise distance of Z, signal variance in
-    [1e-3, 1e3] x var(y), noise variance in [1e-6, 1] x var(y). Deterministic restarts (lengthscale
-    x {1, 1/4, 4} of the initial guess) so the result is a function of the data alone (rebuildable state).
+    [1e-3, 1e3] x var(y), noise variance in [1e-6, 1] x var(y). ``noise_floor`` (a known part of the
+    observation noise's variance, e.g. the curator's output mechanism's) raises the noise's lower bound to
+    it (and the upper to at least it).
+
+    Deterministic starts, so the result is a function of the data alone (rebuildable state): ``initial``
+    (default: the data's own scale, lengthscale the median distance, signal variance var(y), noise 1 % of
+    var(y)) with its lengthscale x {1, 1/4, 4}, then the same lengthscale with var(y) split evenly between
+    signal and noise (``restarts`` of them, in that order). The even split matters when the rows are far
+    apart for the lengthscale: there every split of signal and noise explains the data equally, and a fit
+    started with little noise stays on that ridge (all signal; an uninformed posterior mean).
     ``y`` is expected already centred if a constant mean is used. ``distance_scale`` (the median pairwise
     distance of Z) may be passed in to skip recomputing it.
     """
@@ -64,18 +73,19 @@ def fit_hyperparameters(
     var_y = float(np.var(y)) if y.size > 1 and np.var(y) > 0 else 1.0
     sq = (Zi * Zi).sum(1)
     D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * Zi @ Zi.T, 0.0)
+    floor = float(noise_floor) if noise_floor is not None and noise_floor > 0 else 0.0
     bounds = [
         (math.log(5e-2 * med), math.log(2e1 * med)),
         (math.log(1e-3 * var_y), math.log(1e3 * var_y)),
-        (math.log(1e-6 * var_y), math.log(1.0 * var_y)),
+        (math.log(max(1e-6 * var_y, floor)), math.log(max(var_y, floor))),
     ]
     if initial is None:
         initial = Hyperparameters(lengthscale=med, signal_variance=var_y, noise_variance=1e-2 * var_y)
     ls0 = float(np.mean(np.atleast_1d(initial.lengthscale)))
-    starts = [
-        np.array([math.log(ls0 * f), math.log(initial.signal_variance), math.log(initial.noise_variance)])
-        for f in (1.0, 0.25, 4.0)[: max(1, restarts)]
-    ]
+    s0, n0 = math.log(initial.signal_variance), math.log(initial.noise_variance)
+    starts = [np.array([math.log(ls0 * f), s0, n0]) for f in (1.0, 0.25, 4.0)]
+    starts.append(np.array([math.log(ls0), math.log(0.5 * var_y), math.log(0.5 * var_y)]))
+    starts = starts[: max(1, restarts)]
     best: tuple[float, FloatArray] | None = None
     from scipy.optimize import minimize  # (imported when first used: a service starts without it)
 

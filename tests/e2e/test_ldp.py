@@ -155,6 +155,11 @@ def test_an_ldp_tgp_study_takes_epsilon_b_and_r_from_the_grant(services: Service
         assert {k: study["strategy_params"][k] for k in OP} == OP  # the values used, recorded
         other = http.post("/v1/studies", json=body(services, release, partner, "ldp-tgp-ucb", 8, R=1.0))
         assert other.status_code == 422 and "R = 1 differ" in other.json()["detail"]
+        # GP-UCB's fit takes the grant's output noise as its floor (2 b^2, b the Laplace scale), recorded
+        gp = http.post("/v1/studies", json=body(services, release, partner, "gp-ucb", 8))
+        assert gp.status_code == 201, gp.text
+        floor = gp.json()["strategy_params"]["noise_variance_floor"]
+        assert floor == pytest.approx(2 * CTL(**OP).scale ** 2, rel=1e-12)
         assert http.post(f"/v1/studies/{study['id']}/run").status_code == 202
         done = wait_status(http, study["id"], {"done", "failed"})
     assert (done["status"], done["iterations_done"]) == ("done", 8), done

@@ -3,7 +3,9 @@
 ``tests/data/gp_ucb_recording.json`` was recorded through this same API (fake curator, fixed seeds) with
 the code before rounds and the registry existed (commit in the file): every step's row, outcome and the
 numbers that chose it. The registry strategy must reproduce them on the same inputs, whether the GP-UCB
-parameters are given at the top level (API v1) or in ``strategy_params``.
+parameters are given at the top level (API v1) or in ``strategy_params``. The ``mle`` case was re-recorded
+(``tests/data/record_gp_ucb.py``) when issue 32 deliberately changed the maximum-likelihood fit's starts;
+the ``fixed`` case is the recording from before the registry.
 """
 
 from __future__ import annotations

@@ -60,6 +60,19 @@ def test_ldp_strategies_need_the_grants_ctl_parameters() -> None:
     assert "'tgp-ucb'" in (problem("ldp-tgp-ucb", None) or "")
 
 
+@pytest.mark.parametrize("name", ["gp-ucb", "gp-bucb"])
+def test_gp_ucbs_noise_floor_is_the_grants_output_noise_unless_given(name: str) -> None:
+    strategy = get_strategy(name)
+    bare = parse_params(name, {})
+    fitted = fit_to_grant(strategy, bare, grant(B=2.0))
+    scale = CTL(epsilon=1.0, B=2.0, R=0.5).scale  # Laplace of scale 2 (B + R) / epsilon: variance 2 b^2
+    assert fitted.model_dump()["noise_variance_floor"] == pytest.approx(2 * scale**2, rel=1e-15)
+    assert fit_to_grant(strategy, bare, None) is bare  # no output privacy: no floor
+    given = parse_params(name, {"noise_variance_floor": 0.25})
+    assert fit_to_grant(strategy, given, grant()) is given  # the study's value stands
+    assert not needs_grant(strategy, bare, 40)  # nothing to check against the grant
+
+
 def test_ldp_parameters_left_out_are_the_grants_and_are_recorded() -> None:
     strategy = get_strategy("ldp-tgp-ucb")
     bare = parse_params("ldp-tgp-ucb", {"beta_multiplier": 0.1})

@@ -231,9 +231,37 @@ def test_mle_refit_uses_the_prior_mean(prior_mean: str) -> None:
     for i, v in zip(idx, y, strict=True):
         s.observe(i, float(v))
     target = y - y.mean() if prior_mean == "empirical" else y
-    assert s.hyperparameters == fit_hyperparameters(Z, np.array(idx), target, initial=initial)
+    assert s.hyperparameters == fit_hyperparameters(Z, np.array(idx), target)
     other = y if prior_mean == "empirical" else y - y.mean()
-    assert s.hyperparameters != fit_hyperparameters(Z, np.array(idx), other, initial=initial)
+    assert s.hyperparameters != fit_hyperparameters(Z, np.array(idx), other)
+
+
+def test_each_refit_is_the_mle_of_its_observations_alone() -> None:
+    """A refit starts from the observations' own scale, never from the previous fit: at t = 15 the
+    hyper-parameters are those of a fit on the 15 observations alone (what a rebuild computes)."""
+    Z = candidates()
+    rng = np.random.default_rng(5)
+    idx = [int(i) for i in rng.choice(Z.shape[0], size=15, replace=False)]
+    y = np.array([50.0 * f(Z[i]) for i in idx]) + rng.normal(0.0, 20.0, size=15)
+    s = GPUCB(Z)
+    for i, v in zip(idx, y, strict=True):
+        s.observe(i, float(v))
+    assert s.hyperparameters == fit_hyperparameters(Z, np.array(idx), y - y.mean())
+
+
+def test_the_noise_floor_bounds_the_fitted_noise() -> None:
+    """``noise_variance_floor``: the fit never assumes less noise than the output mechanism adds."""
+    Z = candidates()
+    idx = list(range(0, 60, 3))
+    y = np.array([f(Z[i]) for i in idx])  # noiseless: the unbounded fit takes almost no noise
+    free, floored = GPUCB(Z), GPUCB(Z, noise_variance_floor=0.5)
+    for i, v in zip(idx, y, strict=True):
+        free.observe(i, float(v))
+        floored.observe(i, float(v))
+    assert free.hyperparameters.noise_variance < 0.01
+    assert floored.hyperparameters.noise_variance >= 0.5
+    with pytest.raises(InputDataError, match="noise_variance_floor"):
+        GPUCB(Z, noise_variance_floor=-1.0)
 
 
 def test_custom_refit_schedule_never() -> None:

@@ -29,6 +29,7 @@ from shared.bo.gp import Hyperparameters, median_distance
 from shared.bo.mle import fit_hyperparameters
 from shared.bo.strategies.base import Answer, RowRequest, Strategy, StrategyParams, register
 from shared.errors import InputDataError, StrategyError
+from shared.privacy.ctl import CTL
 
 __all__ = [
     "GPUCB",
@@ -106,6 +107,7 @@ class GPUCB:
         spill_directory: str | Path | None = None,
         factor_dtype: Literal["float64", "float32"] = "float64",
         distributable: bool = True,
+        noise_variance_floor: float | None = None,
     ) -> None:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         gp_ucb_beta(max(1, Z.shape[0] if Z.ndim == 2 else 1), 1, delta_prime)  # validates delta_prime
@@ -132,6 +134,13 @@ class GPUCB:
         )
         self.exclude_queried = exclude_queried
         self.refit_schedule = refit_schedule
+        if noise_variance_floor is not None and not (
+            math.isfinite(noise_variance_floor) and noise_variance_floor >= 0
+        ):
+            raise InputDataError(
+                f"noise_variance_floor must be a finite number >= 0, got {noise_variance_floor!r}"
+            )
+        self.noise_variance_floor = noise_variance_floor
         self._queried = np.zeros(self.gp.n, dtype=bool)
 
     @property
@@ -189,13 +198,18 @@ class GPUCB:
         mean, std = self.gp.posterior_at(i)
         return Suggestion(index=i, acquisition=value, beta=beta, mean=mean, std=std, t=t)
 
-    def _fit(
-        self, idx: npt.NDArray[np.int64], y: npt.NDArray[np.float64], hp: Hyperparameters
-    ) -> Hyperparameters:
+    def _fit(self, idx: npt.NDArray[np.int64], y: npt.NDArray[np.float64]) -> Hyperparameters:
+        """The MLE on these observations alone, started from their own scale (never from the last fit:
+        a chain of warm starts stays on the all-signal ridge its first fits land on, see
+        ``fit_hyperparameters``), with the noise at least ``noise_variance_floor``."""
         centred = y - (y.mean() if self.gp.prior_mean == "empirical" else 0.0)
         rows = self.gp.rows(idx)  # Z[idx]: all the fit reads of Z (a distributed GP keeps them at hand)
         return fit_hyperparameters(
-            rows, np.arange(idx.size), centred, initial=hp, distance_scale=self.distance_scale
+            rows,
+            np.arange(idx.size),
+            centred,
+            distance_scale=self.distance_scale,
+            noise_floor=self.noise_variance_floor,
         )
 
     def observe(self, index: int, y: float) -> None:
@@ -207,13 +221,14 @@ class GPUCB:
         self.gp.add(index, y, ucb_scale=scale)
         self._queried[int(index)] = True
         if refit:
-            self.gp.refit(self._fit(self.gp.indices, self.gp.y, self.gp.hp))
+            self.gp.refit(self._fit(self.gp.indices, self.gp.y))
 
     @classmethod
     def from_history(
         cls, Z: npt.ArrayLike, observations: Iterable[tuple[int, float]], **options: Any
     ) -> Self:
-        """Rebuild after a restart: replay the refits on prefixes (cheap), then one batch posterior."""
+        """Rebuild after a restart: the last scheduled refit (each is a function of its prefix of the
+        observations alone), then one batch posterior."""
         strategy = cls(Z, **options)
         obs = list(observations)
         if not obs:
@@ -227,9 +242,9 @@ class GPUCB:
             raise InputDataError(f"y must be finite, got {float(y[bad])!r} in observation {bad}")
         hp = strategy.gp.hp
         if strategy.mle:
-            for t in range(1, len(obs) + 1):
-                if strategy.refit_schedule(t):
-                    hp = strategy._fit(idx[:t], y[:t], hp)
+            last = max((t for t in range(1, len(obs) + 1) if strategy.refit_schedule(t)), default=0)
+            if last:
+                hp = strategy._fit(idx[:last], y[:last])
         strategy.gp.hp = hp
         strategy.gp._reset()
         strategy.gp._rebuild(idx, y)
@@ -277,6 +292,16 @@ class GPUCBParams(StrategyParams):
         default=1, ge=1, le=10_000, description="Random rows queried first (they count as queries)."
     )
     exclude_queried: bool = Field(default=True, description="Never choose a row twice.")
+    noise_variance_floor: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description='With "mle": the least observation-noise variance the fit may choose. null = the '
+        "variance of the curator's output noise when the grant has output privacy (2 x laplace_scale^2, "
+        "laplace_scale = 2 (B + R) / epsilon; filled in and recorded when the study is created), else no "
+        "floor. Answers through the output mechanism carry at least that noise; a fit that assumed less "
+        "would chase it.",
+    )
 
     def engine_options(self) -> dict[str, Any]:
         hp = self.hyperparameters
@@ -285,7 +310,15 @@ class GPUCBParams(StrategyParams):
             "beta_scale": self.beta_scale,
             "hyperparameters": "mle" if hp == "mle" else hp.engine_value(),
             "exclude_queried": self.exclude_queried,
+            "noise_variance_floor": self.noise_variance_floor,
         }
+
+
+def output_noise_variance(*, epsilon: float, B: float, R: float) -> float:
+    """The variance of the curator's output noise: Laplace of scale b = 2 (B + R) / epsilon added to the
+    clipped outcome (CTL, Zhou & Tan 2021 Sec. 4), 2 b^2."""
+    b = CTL(epsilon=epsilon, B=B, R=R).scale
+    return 2.0 * b * b
 
 
 def initial_rows(params: GPUCBParams, *, n: int, budget: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -339,6 +372,14 @@ class GPUCBStrategy(Strategy[RowRequest, Answer, UCBParamsT]):
 
     def make_engine(self, params: UCBParamsT) -> GPUCB:
         return GPUCB(self.Z, **params.engine_options())
+
+    @classmethod
+    def with_output_privacy(cls, params: UCBParamsT, *, epsilon: float, B: float, R: float) -> UCBParamsT:
+        """The fit's noise floor from the grant's output mechanism when the study left it out."""
+        if params.noise_variance_floor is not None:
+            return params
+        floor = output_noise_variance(epsilon=epsilon, B=B, R=R)
+        return type(params).model_validate(params.model_dump() | {"noise_variance_floor": floor})
 
     @classmethod
     def initial_state(

@@ -33,10 +33,19 @@ three problems and the modes the strategies run in; the candidate chosen is the 
 (a larger beta) within 0.02 of that worst case is preferred.
 
 * the six heavy-tailed / LDP strategies' ``beta_multiplier`` (one family default): {1, 0.3, 0.1, 0.03,
-  0.01};
+  0.01} (round 2: and 0.003, 0.001);
 * MoMA-GP-UCB's ``k`` (both variants), with the family's beta chosen above: {5, 9, 15, 25};
 * GP-UCB's and GP-BUCB's ``beta_scale`` (one default for both; a factor on GP-UCB's beta_t, 1 = Srinivas et
-  al.'s): {1, 0.3, 0.1, 0.03, 0.01}. (GP-BUCB's own ``beta_multiplier``, exp(2C) >= 1, stays 1.)
+  al.'s): {1, 0.3, 0.1, 0.03, 0.01} (round 2: and 0.003, 0.001). (GP-BUCB's own ``beta_multiplier``, exp(2C) >= 1, stays 1.)
+
+Round 2 (issue 32; written down before any of its results was seen). The first round's GP-UCB fit was
+degenerate: each maximum-likelihood refit started from the last one, which started from absolute values,
+and the chain stayed on the ridge where every row's variance is signal (``shared.bo.mle``), so the posterior
+mean carried little and ``beta_scale`` could not matter (its worst case was flat, 0.87-0.89). With the fit
+repaired (every refit from the observations' own scale, an even signal/noise start, the grant's output noise
+as the noise's floor), the rule is run again, unchanged, on both grids extended by the same steps below
+their edge (the family's best, 0.01, was at the edge with its worst case still falling): 0.003 and 0.001
+join both grids. The grids stop there: what the rule picks on them is the default.
 
 ``dp-gibo`` (``--gibo``): its defaults on a real-data logistic regression, scikit-learn's breast-cancer data
 (the first 9 features centred, declared at their standard deviations, plus an intercept: 10 parameters, all
@@ -74,12 +83,12 @@ PLAIN_ONLY = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
 CTL_ONLY = ("ldp-tgp-ucb", "ldp-ata-gp-ucb", "ldp-moma-gp-ucb")
 HEAVY_TAILED = PLAIN_ONLY + CTL_ONLY
 
-BETA_GRID = (1.0, 0.3, 0.1, 0.03, 0.01)
+BETA_GRID = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # 0.003, 0.001: round 2
 K_GRID = (5, 9, 15, 25)
 #: Within this of the best worst case, the candidate closer to the theorem is preferred.
 TIE = 0.02
 #: GP-UCB's and GP-BUCB's beta_scale candidates.
-GP_BETA_GRID = (1.0, 0.3, 0.1, 0.03, 0.01)
+GP_BETA_GRID = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # 0.003, 0.001: round 2
 #: Plays per study, by problem (``T_DEFAULT`` elsewhere).
 T_OF_PROBLEM = {"diabetes": 100}
 

@@ -164,6 +164,8 @@ def study(
     cls = get_strategy(case.strategy)
     raw = strategy_params(case, problem) if raw_params is None else raw_params
     params = parse_params(case.strategy, raw)
+    if case.epsilon is not None and problem.R is not None:  # what the modeler completes from the grant
+        params = cls.with_output_privacy(params, epsilon=float(case.epsilon), B=problem.B, R=problem.R)
     T, n = problem.T, int(problem.Z.shape[0])
     state = cls.initial_state(params, n=n, budget=T, rng=np.random.default_rng(list(state_seed)))
     strategy = cls(problem.Z, params, state)
