@@ -36,7 +36,8 @@ three problems and the modes the strategies run in; the candidate chosen is the 
   0.01} (round 2: and 0.003, 0.001);
 * MoMA-GP-UCB's ``k`` (both variants), with the family's beta chosen above: {5, 9, 15, 25};
 * GP-UCB's and GP-BUCB's ``beta_scale`` (one default for both; a factor on GP-UCB's beta_t, 1 = Srinivas et
-  al.'s): {1, 0.3, 0.1, 0.03, 0.01} (round 2: and 0.003, 0.001). (GP-BUCB's own ``beta_multiplier``, exp(2C) >= 1, stays 1.)
+  al.'s): {1, 0.3, 0.1, 0.03, 0.01} (round 2: and 0.003, 0.001). (GP-BUCB's own ``beta_multiplier``,
+  exp(2C) >= 1, stays 1.)
 
 Round 2 (issue 32; written down before any of its results was seen). The first round's GP-UCB fit was
 degenerate: each maximum-likelihood refit started from the last one, which started from absolute values,
