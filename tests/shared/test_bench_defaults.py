@@ -67,16 +67,19 @@ def test_apply_rule_reads_the_worst_case_over_strategies_problems_and_moma_ks() 
 
 def test_the_defaults_learn_on_a_small_run() -> None:
     """Two runs of every row-choosing strategy on the smallest problem, at the defaults (the bench's 20 runs
-    on three problems are the measurement, docs/strategies.md; this guards what they showed on diabetes:
-    the heavy-tailed and LDP strategies at 0.33-0.60 of random play's regret, GP-UCB and GP-BUCB at 0.70-0.72
-    without output privacy and 0.82-0.86 under CTL, where they never replay a row and 0.42 is the floor)."""
+    on three problems are the measurement, docs/strategies.md; this guards what they showed on diabetes in
+    round 2: TGP and ATA, plain and LDP, at 0.31-0.42 of random play's regret, MoMA at k = 15 at 0.65 in both
+    variants, GP-UCB and GP-BUCB at 0.62 without output privacy and 0.76 under CTL, where they never replay a
+    row and 0.42 is the floor)."""
     report = run_benchmark(2, problems=["diabetes"], seed=5, workers=1)
     ratios = {(r["strategy"], r["mode"]): r["ratio_mean"] for r in report["results"]}
     assert set(ratios) == {(e.strategy, e.mode) for e in defaults.default_entries()}
     for (strategy, mode), ratio in ratios.items():
         if strategy == "random":
             assert ratio > 0.9, (mode, ratio)
+        elif "moma" in strategy:
+            assert ratio < 0.85, (strategy, ratio)
         elif strategy in defaults.HEAVY_TAILED:
             assert ratio < 0.6, (strategy, ratio)
         else:
-            assert ratio < (0.8 if mode == "plain" else 0.95), (strategy, mode, ratio)
+            assert ratio < (0.7 if mode == "plain" else 0.85), (strategy, mode, ratio)

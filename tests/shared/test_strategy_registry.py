@@ -121,7 +121,7 @@ def test_parse_params_rejects_with_the_accepted_keys(name: str, raw: dict, probl
     if name == "random":
         assert "it takes no parameters" in message
     elif name == "gp-bucb":
-        accepts = "it accepts: delta_prime (default 0.05), beta_scale (default 1.0), hyperparameters"
+        accepts = "it accepts: delta_prime (default 0.05), beta_scale (default 0.1), hyperparameters"
         assert f"{accepts} (default 'mle')" in message
         assert "batch_size (default 5), beta_multiplier (default 1.0)" in message
     else:
@@ -267,7 +267,8 @@ def test_hallucinated_std_matches_a_from_scratch_posterior(multiplier: float) ->
     """details["std"] at position j is the posterior std given the observed rows and the j rows chosen
     before it in the round (GPML eq. 2.26, numpy solve); the mean stays the feedback posterior mean."""
     Z = candidates(n=35)
-    s = make("gp-bucb", Z, {"batch_size": 6, "hyperparameters": FIXED, "beta_multiplier": multiplier})
+    raw = {"batch_size": 6, "hyperparameters": FIXED, "beta_multiplier": multiplier, "beta_scale": 0.5}
+    s = make("gp-bucb", Z, raw)
     play(s, Z, 2)
     assert isinstance(s, GPBUCBStrategy)
     gp = s.engine.gp
@@ -285,7 +286,7 @@ def test_hallucinated_std_matches_a_from_scratch_posterior(multiplier: float) ->
         var = brute_force_var(Z, rows, HP, gp.jitter)
         assert q.details["std"] == pytest.approx(math.sqrt(var[q.index]), abs=1e-9)
         assert q.details["mean"] == mean[q.index]  # mu_fb: unchanged within the round
-        beta = multiplier * gp_ucb_beta(35, 12 + j + 1, 0.05)
+        beta = multiplier * 0.5 * gp_ucb_beta(35, 12 + j + 1, 0.05)  # exp(2C) x beta_scale x GP-UCB's
         assert q.details["beta"] == pytest.approx(beta, rel=1e-14)
         ucb_j = q.details["mean"] + math.sqrt(beta) * q.details["std"]
         assert q.details["acquisition"] == pytest.approx(ucb_j, rel=1e-14)

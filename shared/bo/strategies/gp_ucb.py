@@ -56,7 +56,7 @@ class Suggestion:
 
 
 #: GP-UCB's (and GP-BUCB's) default ``beta_scale``, chosen by the rule of ``pobo bench strategies``.
-BETA_SCALE_DEFAULT = 1.0
+BETA_SCALE_DEFAULT = 0.1
 
 
 def gp_ucb_beta(n: int, t: int, delta_prime: float) -> float:
@@ -282,8 +282,8 @@ class GPUCBParams(StrategyParams):
         le=1e6,
         allow_inf_nan=False,
         description="Factor on beta_t = 2 ln(n t^2 pi^2 / (6 delta')). 1 = Srinivas et al.'s, the value "
-        "with a regret bound; the rule of pobo bench strategies kept it as the default, since no smaller "
-        "value learned materially better on its problems (docs/strategies.md). Below 1: less exploration.",
+        "with a regret bound, which keeps exploring for a few hundred queries; the default is the value "
+        "chosen by the rule of pobo bench strategies (docs/strategies.md). Below 1: less exploration.",
     )
     hyperparameters: Literal["mle"] | FixedHyperparameters = Field(
         default="mle", description='"mle" (refitted by maximum likelihood on a schedule) or fixed values.'
