@@ -28,7 +28,8 @@ PARAMS = ("delta_prime", "hyperparameters", "initial_points", "exclude_queried")
 def _body(case: dict[str, Any], *, nested: bool) -> dict[str, Any]:
     body = study_body(**case["body"])
     if nested:
-        body["strategy_params"] = body.get("strategy_params", {}) | {k: body.pop(k) for k in PARAMS if k in body}
+        moved = {k: body.pop(k) for k in PARAMS if k in body}
+        body["strategy_params"] = body.get("strategy_params", {}) | moved
     return body
 
 
