@@ -224,7 +224,12 @@ def test_another_studys_supersession_and_a_round_in_flight(
     assert measure(client, curator, other)["iterations_done"] == 2  # (a step: one round)
     entries = audit(client, other)["entries"]
     assert [e["y"] for e in entries if e["curator_query_id"] == qid] == [0.625]
-    [s] = audit(client, other)["supersessions"]  # recorded by the runner after the round
+    # recorded by the runner after the round's record, which already shows the run as ended: wait for it
+    deadline = time.monotonic() + 10
+    while not audit(client, other)["supersessions"]:
+        assert time.monotonic() < deadline, "the runner never recorded the supersession"
+        time.sleep(0.01)
+    [s] = audit(client, other)["supersessions"]
     assert (s["curator_query_id"], s["y"]) == (first["curator_query_id"], 0.375)
     assert sync(client, other) == {"recorded": 0, "supersessions": 1}
 
