@@ -76,6 +76,11 @@ class CTL:
         """Laplace scale 2 (B + R) / epsilon (LDP-BO, Lemma 1)."""
         return self.sensitivity / self.epsilon
 
+    @property
+    def noise_variance(self) -> float:
+        """Variance of the Laplace noise added to a clipped outcome: 2 scale^2."""
+        return 2.0 * self.scale * self.scale
+
     def _measurement(self, vector: bool) -> Any:
         key = "vector" if vector else "scalar"
         if key not in self._measurements:

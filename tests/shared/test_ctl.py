@@ -25,6 +25,8 @@ def test_clipping_then_noise_has_the_declared_laplace_scale() -> None:
     assert stats.kstest(noise, "laplace", args=(0.0, 12.0)).pvalue > 1e-6
     assert stats.kstest(noise, "laplace", args=(0.0, 6.0)).pvalue < 1e-6  # control: half the scale
     assert stats.kstest(ctl.privatise(y) - y, "laplace", args=(0.0, 12.0)).pvalue < 1e-6  # unclipped: no
+    # the variance GP-UCB's fit takes as its noise floor: 2 x 12^2 (the sample's s.d. is ~1.6 % of it)
+    assert ctl.noise_variance == 288.0 and abs(float(np.var(noise)) / 288.0 - 1.0) < 0.1
 
 
 def test_a_scalar_answer_is_a_float_and_answers_are_fresh() -> None:

@@ -314,13 +314,6 @@ class GPUCBParams(StrategyParams):
         }
 
 
-def output_noise_variance(*, epsilon: float, B: float, R: float) -> float:
-    """The variance of the curator's output noise: Laplace of scale b = 2 (B + R) / epsilon added to the
-    clipped outcome (CTL, Zhou & Tan 2021 Sec. 4), 2 b^2."""
-    b = CTL(epsilon=epsilon, B=B, R=R).scale
-    return 2.0 * b * b
-
-
 def initial_rows(params: GPUCBParams, *, n: int, budget: int, rng: np.random.Generator) -> dict[str, Any]:
     """``initial_points`` distinct random rows (at most the budget), drawn once at the study's creation."""
     if params.initial_points > n:
@@ -378,7 +371,7 @@ class GPUCBStrategy(Strategy[RowRequest, Answer, UCBParamsT]):
         """The fit's noise floor from the grant's output mechanism when the study left it out."""
         if params.noise_variance_floor is not None:
             return params
-        floor = output_noise_variance(epsilon=epsilon, B=B, R=R)
+        floor = CTL(epsilon=epsilon, B=B, R=R).noise_variance  # the curator's output mechanism's
         return type(params).model_validate(params.model_dump() | {"noise_variance_floor": floor})
 
     @classmethod

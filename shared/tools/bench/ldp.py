@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from shared.bo.strategies import Answer, get_strategy, parse_params, round_rng
+from shared.privacy.ctl import CTL
 from shared.tools.bench.ldp_problems import EPSILON_INPUT, Problem, make_problem, moma_paper_k
 from shared.tools.bench.pool import map_runs
 from shared.tools.bench.report import bench_main, markdown_table, rich_table, save_figure
@@ -120,7 +121,7 @@ def strategy_params(case: Case, problem: Problem) -> dict[str, Any]:
     if name in ("gp-ucb", "gp-bucb"):  # SE only; noise variance of the answers (Laplace: 2 b^2)
         noise = problem.noise_second_moment
         if case.epsilon is not None and problem.R is not None:
-            noise += 2.0 * (2.0 * (problem.B + problem.R) / case.epsilon) ** 2
+            noise += CTL(epsilon=case.epsilon, B=problem.B, R=problem.R).noise_variance
         signal = 1.0 if problem.setting == "combined" else (problem.B / 3.0) ** 2
         hp = {"lengthscale": model["lengthscale"], "signal_variance": signal, "noise_variance": noise}
         return {"hyperparameters": hp, "exclude_queried": False}

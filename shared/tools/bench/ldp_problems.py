@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shared.privacy.ctl import CTL
 from shared.privacy.gaussian import gaussian_release
 from shared.tools.bench.synthetic import DELTA, LENGTHSCALE, _grid_factor, grid_inputs, sample_f
 
@@ -101,8 +102,8 @@ class Problem:
         if epsilon is None:
             return y
         assert self.R is not None, "CTL needs a bounded noise"
-        bound = self.B + self.R
-        out: np.ndarray = np.clip(y, -bound, bound) + self.laplace[positions] * (2.0 * bound / epsilon)
+        ctl = CTL(epsilon=epsilon, B=self.B, R=self.R)  # its clip and Laplace scale, with this noise
+        out: np.ndarray = np.clip(y, -ctl.bound, ctl.bound) + self.laplace[positions] * ctl.scale
         return out
 
 
