@@ -33,19 +33,24 @@ def _body(case: dict[str, Any], *, nested: bool) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.parametrize("nested", [False, True], ids=["top-level", "strategy_params"])
-@pytest.mark.parametrize("case", RECORDING["cases"], ids=[c["name"] for c in RECORDING["cases"]])
-def test_gp_ucb_matches_the_recording(tmp_path: Path, case: dict[str, Any], nested: bool) -> None:
-    settings = Settings(
-        data_dir=tmp_path / "modeler", database_url=f"sqlite:///{tmp_path / 'm.db'}", token=TOKEN
-    )
-    app = make_app(settings, FakeCurator(**case["curator"]))
-    with TestClient(app, headers=AUTH) as client:
-        created = client.post("/v1/studies", json=_body(case, nested=nested))
+def replay(case: dict[str, Any], body: dict[str, Any], tmp: Path) -> tuple[list[Any], list[Any]]:
+    """A case's study through the API (its fake curator, a fresh SQLite database under ``tmp``): every
+    step's answer and the audit's entries. The test compares them with the recording;
+    ``tests/data/record_gp_ucb.py`` records them."""
+    settings = Settings(data_dir=tmp / "modeler", database_url=f"sqlite:///{tmp / 'm.db'}", token=TOKEN)
+    with TestClient(make_app(settings, FakeCurator(**case["curator"])), headers=AUTH) as client:
+        created = client.post("/v1/studies", json=body)
         assert created.status_code == 201, created.text
         study_id = created.json()["id"]
         steps = [client.post(f"/v1/studies/{study_id}/step").json() for _ in case["steps"]]
         audit = client.get(f"/v1/studies/{study_id}/audit").json()["entries"]
+    return steps, audit
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["top-level", "strategy_params"])
+@pytest.mark.parametrize("case", RECORDING["cases"], ids=[c["name"] for c in RECORDING["cases"]])
+def test_gp_ucb_matches_the_recording(tmp_path: Path, case: dict[str, Any], nested: bool) -> None:
+    steps, audit = replay(case, _body(case, nested=nested), tmp_path)
     assert [s["index"] for s in steps] == [r["index"] for r in case["steps"]]
     for got, entry, want in zip(steps, audit, case["steps"], strict=True):
         assert (got["iteration"], got["round"], got["source"]) == (want["iteration"],) * 2 + (want["source"],)
