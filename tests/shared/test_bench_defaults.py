@@ -3,11 +3,15 @@ the defaults, and a small run of the defaults themselves (the full measurement i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from shared.bo.strategies.heavy_tailed.moma import K_DEFAULT
 from shared.tools.bench import defaults
-from shared.tools.bench.defaults import Entry, apply_rule, choose, make_problem, run_benchmark
+from shared.tools.bench.defaults import Entry, apply_rule, choose, grant_for, make_problem, run_benchmark
+from shared.tools.bench.reference import greedy_linear_rows, reference_ratio
 
 
 @pytest.mark.parametrize("name", defaults.PROBLEMS)
@@ -19,6 +23,46 @@ def test_each_problem_is_a_release_of_declared_unit_rows_with_bounded_outcomes(n
     assert np.abs(problem.eta).max() <= problem.R
     again = make_problem(name, seed=0, run=0, T=10)
     np.testing.assert_array_equal(again.Z, problem.Z)  # a run is reproducible: a paired design
+
+
+def test_a_row_is_answered_as_the_service_answers_it() -> None:
+    """Round 3: a row's outcome is stored once (a repeat returns it); under CTL the default grant returns the
+    row's cached answer, and a ``fresh_repeats`` grant fresh Laplace noise on the same stored outcome."""
+    problem = make_problem("diabetes", seed=0, run=0, T=100)
+    rows, positions = np.array([7, 7, 9]), np.array([0, 1, 2])
+    plain = problem.outcomes(rows, positions, None)
+    assert plain[0] == plain[1] != plain[2]
+    np.testing.assert_array_equal(plain, problem.f[rows] + problem.eta[rows])
+    cached = problem.outcomes(rows, positions, 4.0)
+    assert cached[0] == cached[1] and np.abs(cached[0] - plain[0]) > 0  # noised once, then the cache
+    fresh = replace(problem, fresh_repeats=True).outcomes(rows, positions, 4.0)
+    assert fresh[0] != fresh[1]
+    many = replace(problem, fresh_repeats=True).outcomes(np.full(100, 7), np.arange(100), 4.0)
+    scale = 2 * (problem.B + problem.R) / 4.0  # Laplace of this scale around the stored outcome
+    assert abs(many.mean() - plain[0]) < 5 * scale * np.sqrt(2 / 100)
+
+
+def test_moma_runs_under_a_fresh_repeats_grant_capped_at_its_k_and_the_others_under_the_default() -> None:
+    problem = make_problem("diabetes", seed=0, run=0, T=100)
+    for strategy in defaults.CTL_ONLY:
+        raw = defaults.study_params(Entry(strategy, "ctl"), problem)
+        answered, given = grant_for(Entry(strategy, "ctl"), problem, raw)
+        if "moma" in strategy:
+            assert answered.fresh_repeats and given["max_plays_per_row"] == given.get("k", K_DEFAULT)
+        else:
+            assert answered is problem and given == raw
+    plain = Entry("moma-gp-ucb", "plain")
+    raw = defaults.study_params(plain, problem)
+    assert grant_for(plain, problem, raw) == (problem, raw)  # plain: the stored outcome, k times
+
+
+@pytest.mark.parametrize("epsilon", [None, 4.0])
+def test_the_reference_never_plays_a_row_twice_and_learns(epsilon: float | None) -> None:
+    problem = make_problem("diabetes", seed=0, run=0, T=100)
+    rows = greedy_linear_rows(problem, epsilon, first=3)
+    assert rows[0] == 3 and np.unique(rows).size == rows.size == 100
+    ratio = reference_ratio(problem, epsilon, state_seed=(0, 0, 5), round_seed=1)
+    assert 0.3 < ratio < 0.9  # 442 rows, T = 100: 0.42 is the floor of a no-replay play, 1 is random's
 
 
 def test_random_play_has_a_ratio_of_one_in_expectation() -> None:

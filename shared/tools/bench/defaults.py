@@ -64,6 +64,16 @@ grids. The report also shows a **reference** that is neither a strategy nor part
 never plays a row twice and knows the noise's variance (``shared.tools.bench.reference``), to show what
 a no-replay strategy can reach on each problem.
 
+Round 4 (issue 32; written down after round 3's tuning runs and before any result of round 4 was seen).
+Round 3's tuning runs showed the strategies that play a row again (TGP, ATA and their LDP variants) chasing
+their own noise: under the service's answers a repeat returns the row's stored or cached answer, which these
+algorithms count as a new independent observation (their analyses assume fresh noise on every play), so a
+row whose one answer came out high is played again and again. Round 4 changes the product, not a number: a
+strategy plays a row again only when the grant answers a repeat with fresh noise (``fresh_repeats``); under
+any other grant the heavy-tailed and LDP strategies never choose a row already played (MoMA: a row played in
+an earlier epoch), as GP-UCB already does (``exclude_queried``, filled from the grant by the modeler and
+recorded). The rule is then run again, unchanged, on round 2's grids, and its picks are the defaults.
+
 ``dp-gibo`` (``--gibo``): its defaults on a real-data logistic regression, scikit-learn's breast-cancer data
 (the first 9 features centred, declared at their standard deviations, plus an intercept: 10 parameters, all
 569 patients), a gradient oracle with the box [-5, 5]^10, clip B = 1, mu = 2, T = 30 steps, delta = 1e-5,
@@ -75,17 +85,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shared.bo.strategies import get_strategy, parse_params
+from shared.privacy.ctl import CTL
 from shared.tools.bench.defaults_gibo import run_gibo
 from shared.tools.bench.ldp import Case, study
 from shared.tools.bench.ldp_problems import Problem
 from shared.tools.bench.pool import map_runs
+from shared.tools.bench.reference import reference_ratio
 from shared.tools.bench.report import bench_main, markdown_table, rich_table
 
 PROBLEMS = ("synthetic", "diabetes", "demo-hospital")
@@ -96,6 +109,8 @@ EPSILON_OUTPUT = 4.0
 TUNING_SEED_OFFSET = 1000
 
 BOTH = ("gp-ucb", "gp-bucb", "random")
+#: Not a strategy: the no-replay yardstick of ``shared.tools.bench.reference`` (round 3).
+REFERENCE = "reference"
 PLAIN_ONLY = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
 CTL_ONLY = ("ldp-tgp-ucb", "ldp-ata-gp-ucb", "ldp-moma-gp-ucb")
 HEAVY_TAILED = PLAIN_ONLY + CTL_ONLY
@@ -148,8 +163,34 @@ def _data(name: str) -> tuple[np.ndarray, np.ndarray | None]:
     raise ValueError(f"unknown problem {name!r}; the problems are {', '.join(PROBLEMS)}")
 
 
-def make_problem(name: str, seed: int, run: int, T: int) -> Problem:
-    """One run's problem: the release of the declared-unit rows, f on the rows, the noise sequences."""
+@dataclass(frozen=True)
+class ServiceProblem(Problem):
+    """A run's problem answered as the service answers it (round 3): ``eta`` [n] is each row's one stored
+    measurement noise; under CTL a row's answer is its cached one (``cached_laplace`` [n]), or, on a grant
+    with ``fresh_repeats``, fresh Laplace noise per play (``laplace`` [T]) on the same stored outcome."""
+
+    plays: int
+    cached_laplace: np.ndarray
+    fresh_repeats: bool = False
+
+    @property
+    def T(self) -> int:
+        return self.plays
+
+    def outcomes(self, rows: np.ndarray, positions: np.ndarray, epsilon: float | None) -> np.ndarray:
+        y: np.ndarray = self.f[rows] + self.eta[rows]
+        if epsilon is None:
+            return y
+        assert self.R is not None
+        ctl = CTL(epsilon=epsilon, B=self.B, R=self.R)
+        draw = self.laplace[positions] if self.fresh_repeats else self.cached_laplace[rows]
+        out: np.ndarray = np.clip(y, -ctl.bound, ctl.bound) + draw * ctl.scale
+        return out
+
+
+def make_problem(name: str, seed: int, run: int, T: int) -> ServiceProblem:
+    """One run's problem: the release of the declared-unit rows, f on the rows, the stored noise and the
+    Laplace draws (cached per row, fresh per play)."""
     from shared.privacy.gaussian import gaussian_release
     from shared.tools.bench.synthetic import _grid_factor, sample_f
 
@@ -160,18 +201,21 @@ def make_problem(name: str, seed: int, run: int, T: int) -> Problem:
     Z = gaussian_release(X, epsilon=EPSILON_INPUT, delta=DELTA_INPUT, rng=release_rng).Z
     declared = DECLARED[name]
     noise = np.random.default_rng([seed, run, 3])
-    return Problem(
+    n = Z.shape[0]
+    return ServiceProblem(
         setting=name,
         Z=Z,
         f=f,
         B=declared.B,
         R=declared.R,
-        eta=noise.uniform(-declared.R, declared.R, T),
+        eta=np.asarray(noise.uniform(-declared.R, declared.R, n)),
         laplace=noise.laplace(0.0, 1.0, T),
         kernel="se",
         lengthscale=1.0,  # unused: the strategies run at their defaults
         noise_second_moment=declared.R**2 / 3.0,
-        extra={"n": float(Z.shape[0]), "d": float(Z.shape[1])},
+        extra={"n": float(n), "d": float(Z.shape[1])},
+        plays=T,
+        cached_laplace=np.asarray(noise.laplace(0.0, 1.0, n)),
     )
 
 
@@ -197,11 +241,13 @@ class Entry:
         return f"{self.strategy}[{extra}]" if extra else self.strategy
 
 
-def default_entries() -> list[Entry]:
-    """Every row-choosing strategy at its defaults, in the modes it runs in."""
+def default_entries(*, reference: bool = True) -> list[Entry]:
+    """Every row-choosing strategy at its defaults, in the modes it runs in (and the reference, round 3)."""
     entries = [Entry(s, m) for m in MODES for s in BOTH]
     entries += [Entry(s, "plain") for s in PLAIN_ONLY]
     entries += [Entry(s, "ctl") for s in CTL_ONLY]
+    if reference:
+        entries += [Entry(REFERENCE, m) for m in MODES]
     return entries
 
 
@@ -243,16 +289,36 @@ def one_job(args: tuple[int, int, str, Sequence[Entry], int]) -> dict[Entry, flo
     round_seed = int(np.random.default_rng([seed, run, 11]).integers(2**62))
     out: dict[Entry, float] = {}
     for entry in entries:
-        case = Case(name, entry.strategy, EPSILON_OUTPUT if entry.mode == "ctl" else None)
+        epsilon = EPSILON_OUTPUT if entry.mode == "ctl" else None
+        if entry.strategy == REFERENCE:
+            out[entry] = reference_ratio(problem, epsilon, state_seed=(seed, run, 5), round_seed=round_seed)
+            continue
+        raw = study_params(entry, problem)
+        answered, raw = grant_for(entry, problem, raw)
         result = study(
-            problem,
-            case,
+            answered,
+            Case(name, entry.strategy, epsilon),
             state_seed=(seed, run, 5),
             round_seed=round_seed,
-            raw_params=study_params(entry, problem),
+            raw_params=raw,
         )
         out[entry] = float(result.regret[-1] / T / random_play)
     return out
+
+
+def grant_for(
+    entry: Entry, problem: ServiceProblem, raw: dict[str, Any]
+) -> tuple[ServiceProblem, dict[str, Any]]:
+    """The grant a strategy runs under in ``ctl`` (round 3): the default one (cached repeats), or, for a
+    strategy that asks for k > 1 fresh answers of a row (MoMA), ``fresh_repeats`` with a cap of k answers per
+    person, so the modeler sets ``max_plays_per_row`` = k (``modeler_service.grants.fit_to_grant``)."""
+    if entry.mode != "ctl":
+        return problem, raw
+    cls = get_strategy(entry.strategy)
+    k = cls.fresh_plays_per_row(parse_params(entry.strategy, raw), budget=problem.T)
+    if k <= 1:
+        return problem, raw
+    return replace(problem, fresh_repeats=True), raw | {"max_plays_per_row": k}
 
 
 def run_benchmark(

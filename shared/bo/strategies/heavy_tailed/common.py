@@ -18,9 +18,11 @@ Notation (shapes in brackets)::
     lambda > 0 regulariser;  delta confidence;  T the study budget (queries);  eps_ny Nystrom accuracy
     t = the number of the play being chosen (plays so far + 1);  n (MoMA) the epoch number
 
-Every beta is multiplied by ``beta_multiplier`` (default 1: the theorem's value). The theorems' betas are
-conservative; their experiments set parameters "order-wise similar" to the theorems (Zhou & Tan, Sec. 5).
-Measured (``pobo bench ldp``, T = 1000): at 1 every strategy is at the random level, at 0.01-0.03 all learn.
+Every beta is multiplied by ``beta_multiplier`` (1: the theorem's value; the default,
+``BETA_MULTIPLIER_DEFAULT``, is the rule's pick in ``pobo bench strategies``, docs/strategies.md). The
+theorems' betas are conservative; their experiments set parameters "order-wise similar" to the theorems (Zhou
+& Tan, Sec. 5). Measured (``pobo bench ldp``, T = 1000): at 1 every strategy is at the random level, at
+0.01-0.03 all learn.
 
 Initial points: ``initial_points`` (default 1) distinct random rows, drawn once at creation from the
 modeler's creation generator, are played first (one play each; one epoch each for MoMA). With none, the
@@ -68,7 +70,7 @@ FloatArray = npt.NDArray[np.float64]
 
 # ------------------------------------------------------------------------------------------------ params
 #: The six strategies' default ``beta_multiplier``, chosen by the rule of ``pobo bench strategies``.
-BETA_MULTIPLIER_DEFAULT = 0.01
+BETA_MULTIPLIER_DEFAULT = 0.003
 
 
 class CommonParams(StrategyParams):

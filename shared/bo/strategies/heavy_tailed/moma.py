@@ -120,7 +120,7 @@ def median_of_means(Theta: FloatArray, V: FloatArray) -> tuple[int, FloatArray]:
 
 
 #: MoMA's default k (both variants), chosen by the rule of ``pobo bench strategies`` (docs/strategies.md).
-K_DEFAULT = 15
+K_DEFAULT = 5
 
 
 class _MoMAFields(StrategyParams):
