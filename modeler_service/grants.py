@@ -77,10 +77,12 @@ def grant_problem(
 def fit_to_grant(
     strategy: type[Strategy], params: StrategyParams, grant: OutputPrivacyPublic | None
 ) -> StrategyParams:
-    """``params`` completed from the grant, for what the study left out: a local-DP strategy's epsilon, B and
-    R (the grant's CTL), and ``max_plays_per_row`` from the grant's per-person cap when the strategy has
+    """``params`` completed from the grant, for what the study left out: whether a row may be played again
+    (``with_answers``: only when the grant answers a repeat with fresh noise), a local-DP strategy's epsilon,
+    B and R (the grant's CTL), and ``max_plays_per_row`` from the grant's per-person cap when the strategy has
     that parameter (a row whose person cannot afford another epoch is never chosen: the curator would
     refuse its plays with 409 and fail the study). The study records the completed parameters."""
+    params = strategy.with_answers(params, fresh_repeats=grant is not None and grant.fresh_repeats)
     if grant is not None:
         params = strategy.with_output_privacy(params, epsilon=grant.epsilon, B=grant.B, R=grant.R)
     if (

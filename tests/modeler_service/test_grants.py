@@ -117,11 +117,14 @@ def test_moma_takes_its_per_row_limit_from_the_grant() -> None:
     moma, tgp_ = get_strategy("ldp-moma-gp-ucb"), get_strategy("ldp-tgp-ucb")
     fitted = fit_to_grant(moma, params, grant(fresh=True, cap=10 * CHARGE))
     assert fitted.max_plays_per_row == 10 and fitted.k == 4  # type: ignore[attr-defined]
-    assert fit_to_grant(moma, params, grant(fresh=True)) is params  # no cap: no limit
+    assert fit_to_grant(moma, params, grant(fresh=True)).max_plays_per_row is None  # type: ignore[attr-defined]
     given = parse_params("ldp-moma-gp-ucb", {**OP, "k": 4, "max_plays_per_row": 6})
-    assert fit_to_grant(moma, given, grant(fresh=True, cap=10 * CHARGE)) is given  # the study's value stands
-    tgp = parse_params("ldp-tgp-ucb", OP)
-    assert fit_to_grant(tgp_, tgp, grant(fresh=True, cap=3)) is tgp
+    kept = fit_to_grant(moma, given, grant(fresh=True, cap=10 * CHARGE))
+    assert kept.max_plays_per_row == 6  # type: ignore[attr-defined]  # the study's value stands
+    tgp = parse_params("ldp-tgp-ucb", OP)  # no per-row limit to fill: only what a fresh grant allows
+    assert fit_to_grant(tgp_, tgp, grant(fresh=True, cap=3)).model_dump() == tgp.model_dump() | {
+        "exclude_queried": False
+    }
 
 
 def test_moma_never_plans_a_row_past_its_limit() -> None:
@@ -139,3 +142,18 @@ def test_moma_never_plans_a_row_past_its_limit() -> None:
     assert sorted(seen) == list(range(5))
     with pytest.raises(StrategyError, match="max_plays_per_row"):
         strategy.plan(budget=2, rng=rng)
+
+
+@pytest.mark.parametrize("name", ["tgp-ucb", "ldp-tgp-ucb", "ldp-ata-gp-ucb", "ldp-moma-gp-ucb"])
+def test_a_row_is_played_again_only_where_the_grant_answers_a_repeat_afresh(name: str) -> None:
+    """Issue 32, round 4: ``exclude_queried`` is filled (and so recorded) from the grant: a plain grant
+    answers a repeat with the row's stored outcome, a cached one with its first noisy answer; only
+    ``fresh_repeats`` gives a new one."""
+    strategy = get_strategy(name)
+    given = {"B": 1.0, "v": 2.0} if name == "tgp-ucb" else {"k": 2} if "moma" in name else {}
+    params = parse_params(name, given)
+    grants = [grant(fresh=True, cap=10 * CHARGE), grant()] + ([None] if name == "tgp-ucb" else [])
+    filled = [fit_to_grant(strategy, params, g).model_dump()["exclude_queried"] for g in grants]
+    assert filled == [False, True] + ([True] if name == "tgp-ucb" else [])
+    chosen = parse_params(name, given | {"exclude_queried": False})
+    assert fit_to_grant(strategy, chosen, grant()).model_dump()["exclude_queried"] is False

@@ -43,17 +43,19 @@ def test_a_row_is_answered_as_the_service_answers_it() -> None:
 
 
 def test_moma_runs_under_a_fresh_repeats_grant_capped_at_its_k_and_the_others_under_the_default() -> None:
+    """Round 3's grants, and round 4's rule: a row is played again only where a repeat gets fresh noise."""
     problem = make_problem("diabetes", seed=0, run=0, T=100)
     for strategy in defaults.CTL_ONLY:
         raw = defaults.study_params(Entry(strategy, "ctl"), problem)
         answered, given = grant_for(Entry(strategy, "ctl"), problem, raw)
         if "moma" in strategy:
             assert answered.fresh_repeats and given["max_plays_per_row"] == given.get("k", K_DEFAULT)
+            assert given["exclude_queried"] is False
         else:
-            assert answered is problem and given == raw
-    plain = Entry("moma-gp-ucb", "plain")
-    raw = defaults.study_params(plain, problem)
-    assert grant_for(plain, problem, raw) == (problem, raw)  # plain: the stored outcome, k times
+            assert answered is problem and given == raw | {"exclude_queried": True}
+    for strategy in defaults.PLAIN_ONLY:  # plain: the stored outcome (k times for MoMA), never played again
+        raw = defaults.study_params(Entry(strategy, "plain"), problem)
+        assert grant_for(Entry(strategy, "plain"), problem, raw) == (problem, raw | {"exclude_queried": True})
 
 
 @pytest.mark.parametrize("epsilon", [None, 4.0])

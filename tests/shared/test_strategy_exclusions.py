@@ -1,6 +1,7 @@
 """``Strategy.exclude_rows``: every registered row strategy never plans a row the modeler excluded (the rows a
-curator grant can no longer answer), its initial rows included; with every row excluded it says so; and
-``posterior_mean`` is the model's estimate for strategies that keep one."""
+curator grant can no longer answer), its initial rows included; with every row excluded it says so;
+``posterior_mean`` is the model's estimate for strategies that keep one; and the heavy-tailed strategies'
+``exclude_queried``, filled from how the grant answers a repeat."""
 
 from __future__ import annotations
 
@@ -80,3 +81,48 @@ def test_posterior_mean_follows_the_answers(name: str) -> None:
     estimate = strategy.posterior_mean(played)
     assert estimate is not None and 0.0 < estimate < 1.0  # pulled towards the answers, shrunk by the prior
     assert build("random", Z).posterior_mean(3) is None
+
+
+HEAVY_TAILED = sorted(name for name in NEEDS)
+
+
+def _plays(name: str, exclude: bool | None, epochs: int = 12) -> list[int]:
+    """The rows a heavy-tailed strategy plays on a peaked f (its optimum row 5), one per choice (an epoch for
+    MoMA), with ``exclude_queried`` as given."""
+    Z = np.linspace(0.0, 4.0, 40)[:, None]
+    f = 3.0 * np.exp(-((Z[:, 0] - Z[5, 0]) ** 2) / 0.05)
+    raw = NEEDS[name] | {"lengthscale": 0.3} | ({} if exclude is None else {"exclude_queried": exclude})
+    cls = get_strategy(name)
+    params = parse_params(name, raw)
+    state = cls.initial_state(params, n=40, budget=200, rng=np.random.default_rng(3))
+    strategy = cls(Z, params, state)
+    chosen: list[int] = []
+    for round_no in range(epochs):
+        planned = strategy.plan(budget=200, rng=np.random.default_rng(round_no))
+        chosen.append(planned[0].index)
+        strategy.observe([Answer(r, float(f[r.index])) for r in planned])
+    return chosen
+
+
+@pytest.mark.parametrize("name", HEAVY_TAILED)
+def test_with_exclude_queried_a_row_is_chosen_once(name: str) -> None:
+    """Issue 32, round 4: under a grant whose repeats are not fresh a heavy-tailed strategy never chooses a
+    row it has played (MoMA: in an earlier epoch); the papers' algorithm (false) comes back to the best
+    row."""
+    once = _plays(name, True)
+    assert len(set(once)) == len(once), once
+    again = _plays(name, False)
+    assert len(set(again)) < len(again), again
+    assert _plays(name, None) == again  # left out, outside the modeler: the papers' algorithm
+
+
+@pytest.mark.parametrize("name", HEAVY_TAILED)
+def test_exclude_queried_is_filled_from_how_the_grant_answers_a_repeat(name: str) -> None:
+    cls = get_strategy(name)
+    params = parse_params(name, NEEDS[name])
+    assert cls.with_answers(params, fresh_repeats=False).model_dump()["exclude_queried"] is True
+    assert cls.with_answers(params, fresh_repeats=True).model_dump()["exclude_queried"] is False
+    given = parse_params(name, NEEDS[name] | {"exclude_queried": False})
+    assert cls.with_answers(given, fresh_repeats=False) is given  # the study's value stands
+    gp = parse_params("gp-ucb", {})
+    assert get_strategy("gp-ucb").with_answers(gp, fresh_repeats=True) is gp  # its own default: true

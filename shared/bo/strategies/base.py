@@ -301,6 +301,12 @@ class Strategy(ABC, Generic[RequestT, AnswerT, P]):
         return None
 
     @classmethod
+    def with_answers(cls, params: P, *, fresh_repeats: bool) -> P:
+        """``params`` completed from how the curator answers a repeated row: with fresh noise
+        (``fresh_repeats``), or with the row's stored or cached answer. Default: unchanged."""
+        return params
+
+    @classmethod
     def with_output_privacy(cls, params: P, *, epsilon: float, B: float, R: float) -> P:
         """``params`` with the output mechanism's values the study left out taken from the grant (default:
         unchanged, for strategies that assume no output mechanism)."""

@@ -309,16 +309,19 @@ def one_job(args: tuple[int, int, str, Sequence[Entry], int]) -> dict[Entry, flo
 def grant_for(
     entry: Entry, problem: ServiceProblem, raw: dict[str, Any]
 ) -> tuple[ServiceProblem, dict[str, Any]]:
-    """The grant a strategy runs under in ``ctl`` (round 3): the default one (cached repeats), or, for a
-    strategy that asks for k > 1 fresh answers of a row (MoMA), ``fresh_repeats`` with a cap of k answers per
-    person, so the modeler sets ``max_plays_per_row`` = k (``modeler_service.grants.fit_to_grant``)."""
-    if entry.mode != "ctl":
-        return problem, raw
+    """The grant a strategy runs under, and the parameters the modeler fills from it: in ``ctl`` the default
+    grant (cached repeats), or, for a strategy that asks for k > 1 fresh answers of a row (MoMA),
+    ``fresh_repeats`` with a cap of k answers per person, so ``max_plays_per_row`` = k (round 3,
+    ``modeler_service.grants.fit_to_grant``); and whether a row may be played again (round 4,
+    ``Strategy.with_answers``: only when repeats are fresh)."""
     cls = get_strategy(entry.strategy)
     k = cls.fresh_plays_per_row(parse_params(entry.strategy, raw), budget=problem.T)
-    if k <= 1:
-        return problem, raw
-    return replace(problem, fresh_repeats=True), raw | {"max_plays_per_row": k}
+    fresh = entry.mode == "ctl" and k > 1
+    if fresh:
+        problem, raw = replace(problem, fresh_repeats=True), raw | {"max_plays_per_row": k}
+    filled = cls.with_answers(parse_params(entry.strategy, raw), fresh_repeats=fresh).model_dump()
+    exclude = filled.get("exclude_queried")
+    return problem, raw if exclude is None else raw | {"exclude_queried": exclude}
 
 
 def run_benchmark(

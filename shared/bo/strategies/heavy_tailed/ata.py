@@ -161,12 +161,13 @@ class ATAGPUCBStrategy(HeavyTailedStrategy[ATAParams | LDPATAParams]):
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         t = self.t + 1
         beta = self.beta()
+        blocked = self.blocked(self._idx)
         ucb: UCB | RemoteUCB
         if self.remote is None:
             ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 1 line 4
         else:
-            ucb = self.remote.ucb(beta, scale=beta, unavailable=self.unavailable)
-        index, source = ucb.choose(self.initial, t - 1, self.name, unavailable=self.unavailable)
+            ucb = self.remote.ucb(beta, scale=beta, unavailable=blocked)
+        index, source = ucb.choose(self.initial, t - 1, self.name, unavailable=blocked)
         details = ucb.details(
             index,
             source=source,

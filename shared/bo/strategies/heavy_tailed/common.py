@@ -97,6 +97,14 @@ class CommonParams(StrategyParams):
     initial_points: int = Field(
         default=1, ge=0, le=10_000, description="Random rows played first (one play / epoch each)."
     )
+    exclude_queried: bool | None = Field(
+        default=None,
+        description="Never choose a row already played (MoMA: played in an earlier epoch). null = from the "
+        "curator's grant, filled in and recorded when the study is created: true unless the grant answers "
+        "a repeated row with fresh noise (fresh_repeats), since a repeat otherwise returns the row's stored "
+        "or cached answer, which the algorithm would count as a new independent observation. false = the "
+        "papers' algorithms, which may play a row again.",
+    )
 
 
 class HeavyTailedParams(CommonParams):
@@ -262,6 +270,23 @@ class HeavyTailedStrategy(Strategy[RowRequest, Answer, CP]):
         given = params.model_dump()
         filled = {k: v for k, v in (("epsilon", epsilon), ("B", B), ("R", R)) if given.get(k) is None}
         return type(params).model_validate(given | filled) if filled else params
+
+    @classmethod
+    def with_answers(cls, params: CP, *, fresh_repeats: bool) -> CP:
+        """``exclude_queried`` from the grant where the study left it out: true unless repeats are fresh."""
+        if params.exclude_queried is not None:
+            return params
+        return type(params).model_validate(params.model_dump() | {"exclude_queried": not fresh_repeats})
+
+    def blocked(self, played: npt.ArrayLike) -> npt.NDArray[np.bool_] | None:
+        """[n] the rows ``plan`` must not choose: the ``unavailable`` ones and, with ``exclude_queried``, the
+        rows in ``played``; None when there are none."""
+        rows = np.asarray(played, dtype=np.int64)
+        if not self.params.exclude_queried or rows.size == 0:
+            return self.unavailable
+        mask = np.zeros(self.n, dtype=bool) if self.unavailable is None else self.unavailable.copy()
+        mask[rows] = True
+        return mask
 
     def _check(self, answers: Sequence[Answer]) -> tuple[npt.NDArray[np.int64], FloatArray]:
         idx = np.array([int(a.request.index) for a in answers], dtype=np.int64)

@@ -244,11 +244,12 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
             )
         epoch = len(self.epochs) + 1
         beta = self.beta()
+        blocked = self.blocked(self.epochs)
         ucb: UCB | RemoteUCB
         if self.remote is None:
             ucb = UCB.of(self.mean, np.sqrt(self.var), beta, scale=beta)  # Alg. 3 line 5
         else:
-            ucb = self.remote.ucb(beta, scale=beta, unavailable=self.unavailable)
+            ucb = self.remote.ucb(beta, scale=beta, unavailable=blocked)
         plays = min(self.k, int(budget))
         cap = self.params.max_plays_per_row
         if cap is not None and self.epochs:
@@ -259,7 +260,7 @@ class MoMAGPUCBStrategy(HeavyTailedStrategy[MoMAParams | LDPMoMAParams]):
                     f"every row has been played {cap} times (max_plays_per_row, the grant's per-person cap): "
                     "no row can take another epoch"
                 )
-        index, source = ucb.choose(self.initial, epoch - 1, self.name, unavailable=self.unavailable)
+        index, source = ucb.choose(self.initial, epoch - 1, self.name, unavailable=blocked)
         base = ucb.details(
             index,
             source=source,

@@ -169,12 +169,12 @@ class TGPUCBStrategy(HeavyTailedStrategy[TGPParams | LDPTGPParams]):
 
     def plan(self, *, budget: int, rng: np.random.Generator) -> list[RowRequest]:
         """The initial row of the play while there is one (``UCB.choose``), else the first maximum of ``mu +
-        beta sigma`` (Alg. 2 line 6: beta, not sqrt) over the rows not ``unavailable``, found by the GP
+        beta sigma`` (Alg. 2 line 6: beta, not sqrt) over the rows not ``blocked``, found by the GP
         (``ucb_argmax``: mean + beta std, zero prior mean; a distributed GP answers without gathering n
         values); the details are those of ``UCB.details`` (the same numbers, computed at the row)."""
         t = self.t + 1
         beta = self.beta(t)
-        blocked = self.unavailable
+        blocked = self.blocked(self.gp.indices)
         play = t - 1
         if play < len(self.initial) and (blocked is None or not blocked[self.initial[play]]):
             index, source = int(self.initial[play]), "initial"
