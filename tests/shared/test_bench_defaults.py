@@ -11,13 +11,14 @@ import pytest
 from shared.bo.strategies.heavy_tailed.moma import K_DEFAULT
 from shared.tools.bench import defaults
 from shared.tools.bench.defaults import Entry, apply_rule, choose, grant_for, make_problem, run_benchmark
+from shared.tools.bench.defaults_problems import problem_data
 from shared.tools.bench.reference import greedy_linear_rows, reference_ratio
 
 
 @pytest.mark.parametrize("name", defaults.PROBLEMS)
 def test_each_problem_is_a_release_of_declared_unit_rows_with_bounded_outcomes(name: str) -> None:
     problem = make_problem(name, seed=0, run=0, T=defaults.T_OF_PROBLEM.get(name, defaults.T_DEFAULT))
-    X, _ = defaults._data(name)
+    X, _ = problem_data(name)
     assert problem.Z.shape == X.shape and not np.allclose(problem.Z, X - X.mean(axis=0))  # noise was added
     assert np.abs(problem.f).max() <= problem.B  # the declared bound holds (else CTL would clip f)
     assert np.abs(problem.eta).max() <= problem.R
@@ -112,20 +113,21 @@ def test_apply_rule_reads_the_worst_case_over_strategies_problems_and_moma_ks() 
 
 
 def test_the_defaults_learn_on_a_small_run() -> None:
-    """Two runs of every row-choosing strategy on the smallest problem, at the defaults (the bench's 20 runs
-    on three problems are the measurement, docs/strategies.md; this guards what they showed on diabetes in
-    round 2: TGP and ATA, plain and LDP, at 0.31-0.42 of random play's regret, MoMA at k = 15 at 0.65 in both
-    variants, GP-UCB and GP-BUCB at 0.62 without output privacy and 0.76 under CTL, where they never replay a
-    row and 0.42 is the floor)."""
-    report = run_benchmark(2, problems=["diabetes"], seed=5, workers=1)
+    """Six runs of every row-choosing strategy on the smallest problem, at the defaults (the bench's 20 runs
+    on three problems are the measurement, docs/strategies.md). Round 4's report on diabetes: every strategy
+    at 0.58-0.63 of random play's regret without output privacy (the no-replay reference 0.61; the 100 best
+    rows 0.42) and 0.61-0.78 under CTL (the reference 0.70), one run's spread up to 0.1 (GP-UCB under CTL: a
+    standard error of 0.04 over six runs). Under a cached grant no strategy plays a row twice, so none is
+    far from what the reference reaches on the same answers."""
+    report = run_benchmark(6, problems=["diabetes"], seed=5, workers=1)
     ratios = {(r["strategy"], r["mode"]): r["ratio_mean"] for r in report["results"]}
     assert set(ratios) == {(e.strategy, e.mode) for e in defaults.default_entries()}
     for (strategy, mode), ratio in ratios.items():
         if strategy == "random":
             assert ratio > 0.9, (mode, ratio)
-        elif "moma" in strategy:
-            assert ratio < 0.85, (strategy, ratio)
-        elif strategy in defaults.HEAVY_TAILED:
-            assert ratio < 0.6, (strategy, ratio)
+        elif mode == "plain":
+            assert ratio < 0.7, (strategy, ratio)
         else:
-            assert ratio < (0.7 if mode == "plain" else 0.85), (strategy, mode, ratio)
+            assert ratio < 0.92, (strategy, ratio)
+            if strategy in defaults.CTL_ONLY:
+                assert ratio < ratios[(defaults.REFERENCE, "ctl")] + 0.1, (strategy, ratio)

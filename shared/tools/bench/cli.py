@@ -141,8 +141,8 @@ def bench_strategies(
 ) -> None:
     """Every strategy at its defaults on three input-private problems, with and without output privacy: the
     regret of the rows played over random play's (issue 32), and dp-gibo's gap closed."""
-    from shared.tools.bench.defaults import PROBLEMS
     from shared.tools.bench.defaults import main as run
+    from shared.tools.bench.defaults_problems import PROBLEMS
 
     run(
         runs=runs,
