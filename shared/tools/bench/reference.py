@@ -24,6 +24,7 @@ import numpy as np
 
 from shared.bo.strategies import get_strategy, parse_params
 from shared.privacy.ctl import CTL
+from shared.tools.bench.defaults_problems import random_ratio_denominator
 from shared.tools.bench.ldp import Case, study
 from shared.tools.bench.ldp_problems import Problem
 
@@ -68,7 +69,7 @@ def reference_ratio(
     """The reference's regret ratio on one run's problem (module docstring); its first row is GP-UCB's
     (the same ``state_seed``)."""
     gaps = problem.f.max() - problem.f
-    random_play = float(np.mean(gaps))
+    random_play = random_ratio_denominator(problem)
     if problem.setting == "synthetic":
         from shared.tools.bench.synthetic import LENGTHSCALE, grid_inputs
 
