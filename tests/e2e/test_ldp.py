@@ -87,6 +87,7 @@ def test_ldp_moma_study_survives_a_restart_mid_epoch(services: Services) -> None
             "/v1/studies", json=body(services, release, partner, "ldp-moma-gp-ucb", iterations, **PARAMS)
         )
         assert study.status_code == 201, study.text
+        assert study.json()["strategy_params"]["exclude_queried"] is False  # repeats answered afresh
         sid = study.json()["id"]
         assert http.post(f"/v1/studies/{sid}/run").status_code == 202
         first = wait_status(http, sid, {"awaiting_measurement", "failed"})
@@ -153,6 +154,7 @@ def test_an_ldp_tgp_study_takes_epsilon_b_and_r_from_the_grant(services: Service
         assert created.status_code == 201, created.text
         study = created.json()
         assert {k: study["strategy_params"][k] for k in OP} == OP  # the values used, recorded
+        assert study["strategy_params"]["exclude_queried"] is True  # a repeat: answered from the cache
         other = http.post("/v1/studies", json=body(services, release, partner, "ldp-tgp-ucb", 8, R=1.0))
         assert other.status_code == 422 and "R = 1 differ" in other.json()["detail"]
         # GP-UCB's fit takes the grant's output noise as its floor (2 b^2, b the Laplace scale), recorded
