@@ -220,13 +220,15 @@ def grant_for(
     ``modeler_service.grants.fit_to_grant``); and whether a row may be played again (round 4,
     ``Strategy.with_answers``: only when repeats are fresh)."""
     cls = get_strategy(entry.strategy)
-    k = cls.fresh_plays_per_row(parse_params(entry.strategy, raw), budget=problem.T)
+    params = parse_params(entry.strategy, raw)
+    k = cls.fresh_plays_per_row(params, budget=problem.T)
     fresh = entry.mode == "ctl" and k > 1
+    exclude = cls.with_answers(params, fresh_repeats=fresh).model_dump().get("exclude_queried")
+    if exclude is not None:
+        raw = raw | {"exclude_queried": exclude}
     if fresh:
-        problem, raw = replace(problem, fresh_repeats=True), raw | {"max_plays_per_row": k}
-    filled = cls.with_answers(parse_params(entry.strategy, raw), fresh_repeats=fresh).model_dump()
-    exclude = filled.get("exclude_queried")
-    return problem, raw if exclude is None else raw | {"exclude_queried": exclude}
+        return replace(problem, fresh_repeats=True), raw | {"max_plays_per_row": k}
+    return problem, raw
 
 
 def run_benchmark(

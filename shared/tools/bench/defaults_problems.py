@@ -9,7 +9,6 @@ from functools import cache
 
 import numpy as np
 
-from shared.privacy.ctl import CTL
 from shared.tools.bench.ldp_problems import Problem
 
 PROBLEMS = ("synthetic", "diabetes", "demo-hospital")
@@ -75,11 +74,8 @@ class ServiceProblem(Problem):
         y: np.ndarray = self.f[rows] + self.eta[rows]
         if epsilon is None:
             return y
-        assert self.R is not None
-        ctl = CTL(epsilon=epsilon, B=self.B, R=self.R)
-        draw = self.laplace[positions] if self.fresh_repeats else self.cached_laplace[rows]
-        out: np.ndarray = np.clip(y, -ctl.bound, ctl.bound) + draw * ctl.scale
-        return out
+        draws = self.laplace[positions] if self.fresh_repeats else self.cached_laplace[rows]
+        return self.through_ctl(y, draws, epsilon)
 
 
 def make_problem(name: str, seed: int, run: int, T: int) -> ServiceProblem:

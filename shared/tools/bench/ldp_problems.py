@@ -99,11 +99,15 @@ class Problem:
     def outcomes(self, rows: np.ndarray, positions: np.ndarray, epsilon: float | None) -> np.ndarray:
         """y of the queries at ``positions`` (0-based query numbers) of ``rows``; CTL(epsilon) unless None."""
         y: np.ndarray = self.f[rows] + self.eta[positions]
-        if epsilon is None:
-            return y
+        return y if epsilon is None else self.through_ctl(y, self.laplace[positions], epsilon)
+
+    def through_ctl(self, y: np.ndarray, draws: np.ndarray, epsilon: float) -> np.ndarray:
+        """CTL(epsilon)'s answers to outcomes ``y``, with ``draws`` the standard Laplace draws of its noise:
+        clipped to +-(B + R), plus the draws times its Laplace scale (a seeded simulation of the curator's
+        mechanism, which adds its noise with OpenDP's sampler)."""
         assert self.R is not None, "CTL needs a bounded noise"
-        ctl = CTL(epsilon=epsilon, B=self.B, R=self.R)  # its clip and Laplace scale, with this noise
-        out: np.ndarray = np.clip(y, -ctl.bound, ctl.bound) + self.laplace[positions] * ctl.scale
+        ctl = CTL(epsilon=epsilon, B=self.B, R=self.R)
+        out: np.ndarray = np.clip(y, -ctl.bound, ctl.bound) + draws * ctl.scale
         return out
 
 

@@ -30,12 +30,11 @@ from shared.tools.bench.ldp_problems import Problem
 
 
 def noise_variance(problem: Problem, epsilon: float | None) -> float:
-    """The variance of one answer's noise: uniform measurement noise on [-R, R], plus CTL's Laplace noise."""
-    assert problem.R is not None, "the reference needs bounded measurement noise"
-    measured = problem.R**2 / 3.0
+    """The variance of one answer's noise: the measurement noise's, plus CTL's Laplace noise's."""
     if epsilon is None:
-        return measured
-    return measured + CTL(epsilon=epsilon, B=problem.B, R=problem.R).noise_variance
+        return problem.noise_second_moment
+    assert problem.R is not None, "CTL needs a bounded noise"
+    return problem.noise_second_moment + CTL(epsilon=epsilon, B=problem.B, R=problem.R).noise_variance
 
 
 def greedy_linear_rows(problem: Problem, epsilon: float | None, first: int) -> np.ndarray:
