@@ -18,7 +18,7 @@ from typing import Literal
 
 import httpx
 
-__all__ = ["Kind", "ServiceProcess", "curator_env", "free_port", "modeler_env", "service_pair"]
+__all__ = ["Kind", "ServiceProcess", "curator_env", "free_port", "modeler_env", "service_pair", "stop_all"]
 
 Kind = Literal["curator", "modeler"]
 
@@ -60,6 +60,7 @@ class ServiceProcess:
         self.env = dict(env)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self._terminated = False
         self._log_offset = 0
 
     @property
@@ -84,6 +85,7 @@ class ServiceProcess:
 
     def start(self) -> ServiceProcess:
         cmd = self.command()
+        self._terminated = False
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0  # this start's lines
@@ -172,7 +174,18 @@ class ServiceProcess:
         if self.proc.poll() is not None:
             self.kill()  # workers a dead supervisor may have left behind
             return self.proc.returncode in (0, -signal.SIGTERM)
-        self.proc.send_signal(signal.SIGTERM)  # a supervisor passes it on to its workers
+        self.terminate()
+        return self._wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM, once (a second one would make uvicorn skip the rest of its graceful shutdown); a
+        supervisor passes it on to its workers. ``stop`` then waits."""
+        if self.proc is not None and self.proc.poll() is None and not self._terminated:
+            self.proc.send_signal(signal.SIGTERM)
+            self._terminated = True
+
+    def _wait_stopped(self, timeout: float) -> bool:
+        assert self.proc is not None
         try:
             clean = self.proc.wait(timeout) in (0, -signal.SIGTERM)
         except subprocess.TimeoutExpired:
@@ -197,6 +210,15 @@ class ServiceProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def stop_all(*services: ServiceProcess, timeout: float = 15.0) -> bool:
+    """Stop several services at once (SIGTERM to each, then wait for each, as ``stop``): their graceful
+    shutdowns overlap. True when every one shut down cleanly."""
+    for service in services:
+        service.terminate()
+    clean = [service.stop(timeout) for service in services]  # every one waited for, even after a failure
+    return all(clean)
 
 
 def curator_env(

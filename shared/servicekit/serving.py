@@ -11,14 +11,18 @@ Only ``uvicorn`` is imported here (lazily), never FastAPI or SQLAlchemy.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import copy
 import logging
 import os
 import signal
 import stat
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, NoReturn, Protocol
 
 from pydantic import SecretStr
 
@@ -159,6 +163,22 @@ def _exit_cleanly(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
 
+def exit_after_shutdown(status: int) -> NoReturn:
+    """End the process once the server has shut down gracefully, as the interpreter would but without its
+    teardown: join the threads still running (non-daemon ones, which a normal exit waits for), run the exit
+    handlers (``logging.shutdown`` flushes the logs), flush stdout and stderr, then ``os._exit``. What is
+    skipped is the clearing of every loaded module and the garbage collection of the app's objects: about
+    half a second of CPU per process, which every restart and stop would otherwise wait for."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
 def run(
     app: Any,
     *,
@@ -173,7 +193,8 @@ def run(
     log_format: LogFormat = "text",
 ) -> None:
     """Serve ``app`` (one process) or, with ``workers > 1``, ``factory`` (``"module:function"``) in each
-    of ``workers`` spawned processes. Returns after a graceful shutdown (SIGTERM or SIGINT); exit 0."""
+    of ``workers`` spawned processes. After a graceful shutdown (SIGTERM or SIGINT) the process exits with
+    status 0 (``exit_after_shutdown``): this never returns."""
     import uvicorn
 
     tls = uvicorn_ssl_options(tls_certfile, tls_keyfile, tls_keyfile_password)
@@ -191,11 +212,15 @@ def run(
             raise ValueError("several workers need the app factory as an import string")
         # The supervisor handles SIGTERM/SIGINT itself: it stops every worker gracefully, then returns.
         uvicorn.run(factory, factory=True, workers=workers, **options)
-        return
+        exit_after_shutdown(0)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler that was in place
     # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    uvicorn.run(app, **options)
+    try:
+        uvicorn.run(app, **options)
+    except SystemExit as stop:
+        exit_after_shutdown(stop.code if isinstance(stop.code, int) else 1)
+    exit_after_shutdown(0)
 
 
 class ServiceSettings(Protocol):

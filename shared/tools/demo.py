@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from shared.processes import service_pair
+from shared.processes import service_pair, stop_all
 from shared.protocol.client import CuratorClient
 
 __all__ = ["DEMO_CSV", "expected_random_regret", "progress_figure", "run_demo", "write_progress_plot"]
@@ -168,7 +168,7 @@ def run_demo(
             raise
         finally:
             with console.status("stopping both services ..."):
-                clean = curator.stop() & modeler.stop()
+                clean = stop_all(curator, modeler)
     result["runtime_s"] = time.monotonic() - started
     result["clean_shutdown"] = clean
 

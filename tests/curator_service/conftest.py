@@ -5,6 +5,7 @@ Every test gets a fresh data dir and a fresh database: a SQLite file under ``tmp
 (``curator_test_<random>``, selected through ``search_path`` and dropped afterwards, so runs are repeatable
 and tables of other services in that database are never touched).
 
+Both come at the head revision from a template migrated once per test process (``tests.dbtemplate``).
 The app is driven in-process through ``httpx.AsyncClient(transport=ASGITransport(app))``; ``create_app``
 applies the migrations itself, so no lifespan is needed.
 """
@@ -25,7 +26,9 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from curator_service.config import Settings
+from curator_service.db import Database
 from curator_service.main import create_app
+from tests.dbtemplate import pg_schema_at_head, sqlite_at_head
 
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -54,16 +57,15 @@ def _pg_admin_connect() -> Any:
     ]
 )
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database for one test (SQLite file or a PostgreSQL schema)."""
+    """A fresh database at the head revision for one test (SQLite file or a PostgreSQL schema; from a
+    template migrated once per test process, ``tests.dbtemplate``)."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'curator-test.db'}"
+        yield sqlite_at_head("curator", Database, tmp_path / "curator-test.db")
         return
+    assert PG_URL is not None
     schema = f"curator_test_{uuid.uuid4().hex[:12]}"
-    with _pg_admin_connect() as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    url = make_url(PG_URL).update_query_dict({"options": f"-csearch_path={schema}"})  # type: ignore[arg-type]
     try:
-        yield url.render_as_string(hide_password=False)
+        yield pg_schema_at_head("curator", Database, PG_URL, schema)
     finally:
         with _pg_admin_connect() as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

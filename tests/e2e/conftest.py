@@ -1,6 +1,10 @@
 """Both services as real processes (``pobo curator serve`` / ``pobo modeler serve``, i.e. uvicorn) on free
 loopback ports, over SQLite or, when ``POBO_TEST_DATABASE_URL`` is set, PostgreSQL (both services in one
 schema created for the test and dropped after it: their tables are prefixed, their version tables apart).
+Each service's database is at the head revision before it starts (SQLite: its file put in its data dir;
+PostgreSQL: its tables built in the schema; from a template migrated once per test process,
+``tests.dbtemplate``), so the start-up's migration has nothing to do. Services started otherwise
+(``pobo demo``, the walk-through's, TLS's, a restore's) start on an empty data dir and run every migration.
 
 Each service runs as one process unless a test module overrides the ``workers`` fixture (e.g. with
 params ``[1, 2]``: then every test runs against single processes and against uvicorn with 2 workers)."""
@@ -19,8 +23,11 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 
-from shared.processes import ServiceProcess, free_port, modeler_env, service_pair
+from curator_service.db import Database as CuratorDatabase
+from modeler_service.db import Database as ModelerDatabase
+from shared.processes import ServiceProcess, free_port, modeler_env, service_pair, stop_all
 from shared.protocol.client import CuratorClient
+from tests.dbtemplate import pg_schema_at_head, sqlite_at_head
 from tests.e2e.browser import browser  # noqa: F401  (the console tests' headless Chromium, a fixture)
 
 PG_URL = os.environ.get("POBO_TEST_DATABASE_URL")
@@ -98,11 +105,18 @@ def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> It
         engine = create_engine(PG_URL)
         with engine.begin() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        engine.dispose()
+        for service, database in (("curator", CuratorDatabase), ("modeler", ModelerDatabase)):
+            pg_schema_at_head(service, database, PG_URL, schema, create=False)  # both at head (as on SQLite)
         sep = "&" if "?" in PG_URL else "?"
         url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
         curator_db = modeler_db = url
     else:
-        curator_db = modeler_db = None  # each service's default SQLite file in its data dir
+        curator_db = modeler_db = None  # each service's default SQLite file in its data dir...
+        for service, database in (("curator", CuratorDatabase), ("modeler", ModelerDatabase)):
+            data_dir = tmp_path / service  # ...already at head (tests.dbtemplate): the start-up's migrate
+            data_dir.mkdir(mode=0o700)  # finds nothing to do
+            sqlite_at_head(service, database, data_dir / f"{service}.db")
     admin_token, modeler_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     curator, modeler = service_pair(tmp_path, admin_token, modeler_token, curator_db, workers=workers)
     s = Services(curator, modeler, admin_token, modeler_token, tmp_path, curator_db, modeler_db, workers)
@@ -113,8 +127,7 @@ def services(request: pytest.FixtureRequest, tmp_path: Path, workers: int) -> It
         modeler.wait_healthy()
         yield s
     finally:
-        s.modeler.stop()
-        s.curator.stop()  # (a test may have replaced it by a restarted one)
+        stop_all(s.modeler, s.curator)  # (a test may have replaced either by a restarted one)
         if schema is not None:
             engine = create_engine(PG_URL)  # type: ignore[arg-type]
             with engine.begin() as conn:

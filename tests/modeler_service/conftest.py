@@ -13,8 +13,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from modeler_service.config import Settings
+from modeler_service.db import Database
 from modeler_service.main import create_app
 from shared.protocol.client import CuratorClient
+from tests.dbtemplate import pg_schema_at_head, sqlite_at_head
 from tests.modeler_service.fake_curator import PARTNER_TOKEN, FakeCurator
 
 TOKEN = "modeler-test-token-0123456789abcdef"  # noqa: S105 - test fixture
@@ -29,14 +31,14 @@ def pg_schema_url(base: str, schema: str) -> str:
 
 @pytest.fixture
 def pg_schema(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """A dedicated PostgreSQL schema per test (dropped at the end): isolated, repeatable runs."""
+    """A dedicated PostgreSQL schema per test, at the head revision (dropped at the end): isolated,
+    repeatable runs."""
     if not PG_URL or "postgresql" not in request.node.name:
         yield None
         return
     schema = f"pobo_modeler_test_{uuid.uuid4().hex[:10]}"
     engine = create_engine(PG_URL)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    pg_schema_at_head("modeler", Database, PG_URL, schema)  # its tables at head (tests.dbtemplate)
     yield schema
     with engine.begin() as conn:
         conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
@@ -46,7 +48,7 @@ def pg_schema(request: pytest.FixtureRequest) -> Iterator[str | None]:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path, pg_schema: str | None) -> str:
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'modeler.db'}"
+        return sqlite_at_head("modeler", Database, tmp_path / "modeler.db")
     if not PG_URL or pg_schema is None:
         pytest.skip("POBO_TEST_DATABASE_URL is not set")
     return pg_schema_url(PG_URL, pg_schema)
