@@ -164,7 +164,8 @@ def _exit_cleanly(_signum: int, _frame: object) -> None:
 
 
 def exit_after_shutdown(status: int) -> NoReturn:
-    """End the process once the server has shut down gracefully, as the interpreter would but without its
+    """End the process (``pobo <service> serve``, once ``serve`` has returned or raised ``SystemExit``: the
+    server has shut down) as the interpreter would but without its
     teardown: join the threads still running (non-daemon ones, which a normal exit waits for), run the exit
     handlers (``logging.shutdown`` flushes the logs), flush stdout and stderr, then ``os._exit``. What is
     skipped is the clearing of every loaded module and the garbage collection of the app's objects: about
@@ -193,8 +194,8 @@ def run(
     log_format: LogFormat = "text",
 ) -> None:
     """Serve ``app`` (one process) or, with ``workers > 1``, ``factory`` (``"module:function"``) in each
-    of ``workers`` spawned processes. After a graceful shutdown (SIGTERM or SIGINT) the process exits with
-    status 0 (``exit_after_shutdown``): this never returns."""
+    of ``workers`` spawned processes. Returns after a graceful shutdown (SIGTERM or SIGINT); exit 0 (the
+    command then ends the process with ``exit_after_shutdown``)."""
     import uvicorn
 
     tls = uvicorn_ssl_options(tls_certfile, tls_keyfile, tls_keyfile_password)
@@ -212,15 +213,11 @@ def run(
             raise ValueError("several workers need the app factory as an import string")
         # The supervisor handles SIGTERM/SIGINT itself: it stops every worker gracefully, then returns.
         uvicorn.run(factory, factory=True, workers=workers, **options)
-        exit_after_shutdown(0)
+        return
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler that was in place
     # before it started; this one turns that into a clean exit (status 0) instead of death by signal.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    try:
-        uvicorn.run(app, **options)
-    except SystemExit as stop:
-        exit_after_shutdown(stop.code if isinstance(stop.code, int) else 1)
-    exit_after_shutdown(0)
+    uvicorn.run(app, **options)
 
 
 class ServiceSettings(Protocol):

@@ -6,8 +6,10 @@ commands, so that ``import shared`` never pulls in FastAPI or SQLAlchemy).
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -52,7 +54,7 @@ def curator_serve(
     """Start the curator service (applies its database migrations first)."""
     from curator_service.main import serve
 
-    serve(host=host, port=port, workers=workers)
+    _serve_then_exit(lambda: serve(host=host, port=port, workers=workers))
 
 
 @modeler_app.command("serve")
@@ -67,7 +69,22 @@ def modeler_serve(
     """Start the modeler service (applies its database migrations first)."""
     from modeler_service.main import serve
 
-    serve(host=host, port=port, workers=workers)
+    _serve_then_exit(lambda: serve(host=host, port=port, workers=workers))
+
+
+def _serve_then_exit(serve: Callable[[], None]) -> NoReturn:
+    """Run a service until it has shut down, then end the process without the interpreter's teardown
+    (``shared.servicekit.serving.exit_after_shutdown``), with the status a normal exit would have had."""
+    from shared.servicekit.serving import exit_after_shutdown
+
+    try:
+        serve()
+    except SystemExit as stop:  # SIGTERM after the graceful shutdown (0), or uvicorn's start-up failure (3)
+        if stop.code is None or isinstance(stop.code, int):
+            exit_after_shutdown(stop.code or 0)
+        print(stop.code, file=sys.stderr)
+        exit_after_shutdown(1)
+    exit_after_shutdown(0)
 
 
 # backup, restore and archive-access-log (shared/tools/opscli.py)
@@ -91,6 +108,14 @@ def audit_privacy(
     calibration_trials: Annotated[
         int | None,
         typer.Option(min=100, help="Runs per dataset to choose the threshold (default trials / 5)."),
+    ] = None,
+    control_trials: Annotated[
+        int | None,
+        typer.Option(
+            min=100,
+            help="Runs per dataset of each control's rows (a planted error is gross: fewer runs catch it). "
+            "Default: as --trials.",
+        ),
     ] = None,
     mechanism: Annotated[
         list[str] | None, typer.Option(help="Audit only this mechanism (repeat the option). Default: all.")
@@ -125,6 +150,7 @@ def audit_privacy(
                 mechanism,
                 trials=trials,
                 calibration_trials=calibration_trials,
+                control_trials=control_trials,
                 seed=seed,
                 controls=controls,
                 progress=lambda name: status.update(f"auditing {name} ..."),

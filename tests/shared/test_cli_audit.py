@@ -65,3 +65,15 @@ def test_a_control_the_audit_cannot_catch_fails_the_run(tmp_path: Path) -> None:
 def test_unknown_mechanism_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["audit", "privacy", "--mechanism", "laplace"])
     assert result.exit_code == 2 and "unknown mechanism" in result.output
+
+
+def test_control_trials_sets_the_runs_of_the_controls_rows_only(tmp_path: Path) -> None:
+    _, output, rows = _run(
+        tmp_path, *("--trials", "300", "--control-trials", "200", "--mechanism", "dp-fts-de round (q=1)")
+    )
+    assert [(r["control"], r["trials"]) for r in rows] == [
+        (None, 300),
+        (None, 300),
+        ("sensitivity x1.5", 200),
+        ("float addition", 200),
+    ], output
