@@ -285,9 +285,9 @@ def run_all(
     mechanism and test with its own seeded stream, every bound at 1 - alpha / (number of rows) so that the
     run as a whole holds at 1 - alpha. ``control_trials``: the runs of a control's rows (None: ``trials``); a
     control's flaw is gross, and a smaller count still catches it where the sound row needs every run to
-    show that its bound comes close to the claim. ``registry``: ``pobo audit privacy`` merges the registries of
-    ``shared.privacy``, ``shared.bo.gibo`` and ``shared.federated`` (``shared.privacy`` may import
-    neither)."""
+    show that its bound comes close to the claim. ``registry``: ``pobo audit privacy`` merges the
+    registries of ``shared.privacy``, ``shared.bo.gibo`` and ``shared.federated`` (``shared.privacy`` may
+    import neither)."""
     unknown = sorted(set(names or []) - set(registry))
     if unknown:
         raise ValueError(f"unknown mechanism(s) {unknown}: choose from {sorted(registry)}")
