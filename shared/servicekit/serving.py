@@ -165,11 +165,11 @@ def _exit_cleanly(_signum: int, _frame: object) -> None:
 
 def exit_after_shutdown(status: int) -> NoReturn:
     """End the process (``pobo <service> serve``, once ``serve`` has returned or raised ``SystemExit``: the
-    server has shut down) as the interpreter would but without its
-    teardown: join the threads still running (non-daemon ones, which a normal exit waits for), run the exit
-    handlers (``logging.shutdown`` flushes the logs), flush stdout and stderr, then ``os._exit``. What is
-    skipped is the clearing of every loaded module and the garbage collection of the app's objects: about
-    half a second of CPU per process, which every restart and stop would otherwise wait for."""
+    server has shut down) as the interpreter would, but without its teardown: join the threads still running
+    (non-daemon ones, which a normal exit waits for), run the exit handlers (``logging.shutdown`` flushes the
+    logs), flush stdout and stderr, then ``os._exit``. What is skipped is the clearing of every loaded module
+    and the garbage collection of the app's objects: about half a second of CPU per process, which every
+    restart and stop would otherwise wait for."""
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
